@@ -1,0 +1,48 @@
+"""Stream a Lance table into PyTorch with exact, elastic checkpoint/resume.
+
+Public names are imported lazily, so ``import streaming.plan`` or
+``import streaming.state`` loads neither torch nor Lance.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .dataset import StreamingDataset
+    from .errors import EpochCompleteWarning, StreamingWarning, TableMovedWarning, UnownedSplitsWarning
+    from .source import SnapshotGoneError
+
+__all__ = [
+    "EpochCompleteWarning",
+    "SnapshotGoneError",
+    "StreamingDataset",
+    "StreamingWarning",
+    "TableMovedWarning",
+    "UnownedSplitsWarning",
+]
+
+__version__ = "0.1.0"
+
+_HOMES = {
+    "EpochCompleteWarning": ".errors",
+    "SnapshotGoneError": ".source",
+    "StreamingDataset": ".dataset",
+    "StreamingWarning": ".errors",
+    "TableMovedWarning": ".errors",
+    "UnownedSplitsWarning": ".errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'streaming' has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

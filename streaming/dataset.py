@@ -1,0 +1,419 @@
+"""``StreamingDataset``: a Lance table as an elastic, exactly resumable IterableDataset."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from . import source
+from .errors import EpochCompleteWarning
+from .iterate import Progress, is_running, iterate_cycles
+from .options import (
+    DEFAULT_BLOCK_ROWS,
+    DEFAULT_IO_QUEUE_DEPTH,
+    DEFAULT_READ_BATCH_SIZE,
+    DEFAULT_SHUFFLE_BUFFER_SIZE,
+    Options,
+    check_options,
+)
+from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
+from .reader import WindowSource
+from .state import StreamState, check_compatible, merge_states, parse_state
+
+
+def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """Fill in rank/world_size from an initialised process group, else 0/1."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return (
+            dist.get_rank() if rank is None else rank,
+            dist.get_world_size() if world_size is None else world_size,
+        )
+    return (0 if rank is None else rank, 1 if world_size is None else world_size)
+
+
+def _draw_seed(world_size: int) -> int:
+    """One fresh seed, the same on every rank (rank 0's, broadcast)."""
+    import torch.distributed as dist
+
+    seed = int.from_bytes(os.urandom(8), "little") >> 12  # 52 bits: exact in any JSON reader
+    if dist.is_available() and dist.is_initialized():
+        box: list[Any] = [seed]
+        dist.broadcast_object_list(box, src=0)
+        return int(box[0])
+    if world_size > 1:
+        raise ValueError(
+            f"shuffle_seed=None with world_size={world_size} needs an initialised "
+            "torch.distributed process group to share one seed between ranks; pass the "
+            "same integer shuffle_seed on every rank, or call init_process_group first"
+        )
+    return seed
+
+
+class StreamingDataset(IterableDataset[Any]):
+    """Stream one snapshot of a Lance table with exact, elastic checkpoint/resume.
+
+    The table's planned rows (live rows matching ``filter``) are cut into
+    ``num_splits`` splits of equal length L = N // num_splits; rank ``r`` of
+    ``world_size`` owns splits r, r + W, ... and an iterator yields one sample of
+    each owned split per cycle. Over all ranks an epoch delivers every planned row
+    exactly once (the N - S * L < S surplus rows are left out of that epoch).
+
+    Guaranteed: the samples of global step t are the same for every world size;
+    ``state_dict()`` taken after any delivered sample resumes on any topology with
+    nothing lost or repeated except the samples of an incomplete cycle, which are
+    replayed; the same seed and epoch reproduce the same order on every machine.
+    Not guaranteed: the order of samples inside one rank's batch across world sizes.
+
+    Args:
+        table: A LanceDB table, a ``lance.LanceDataset``, or a dataset URI (local
+            path, ``s3://``, ``gs://``, ``az://``).
+        num_splits: S, fixed for the whole run; defaults to ``world_size``. Must be a
+            multiple of ``world_size`` (and of ``world_size * num_workers``).
+        shuffle: Shuffle fragments, blocks and rows within windows; ``False`` gives
+            storage order.
+        shuffle_seed: Seed of every shuffle; ``None`` draws one (rank 0's, shared
+            through ``torch.distributed``).
+        epoch: The epoch to start in; the plan differs per epoch.
+        rank: This process's rank; defaults to the process group's, else 0.
+        world_size: Number of ranks; defaults to the process group's, else 1.
+        read_batch_size: Rows per ``transform`` call.
+        io_queue_depth: Threads reading windows in the background.
+        prefetch_batches: Accepted for compatibility with ``lancedb.streaming``.
+        columns: Columns to read; ``None`` reads every column of the snapshot.
+        shuffle_clump_size: Rows kept together when permuting a window.
+        filter: SQL predicate; only matching rows are planned.
+        transform: ``transform(pyarrow.RecordBatch)`` returning one sample per row.
+        transform_parallelism: Accepted for compatibility.
+        transform_queue_depth: Accepted for compatibility.
+        pack_sequences: Not supported in this release.
+        eos_id: Not supported in this release.
+        pad_id: Not supported in this release.
+        blocks_per_epoch: Not supported in this release.
+        on_transform_error: Only ``"raise"`` in this release.
+        connection_factory: ``factory(table_name)`` returning the LanceDB table in
+            another process, instead of reopening the URI.
+        worker_info_override: Testing hook replacing ``get_worker_info()``.
+        version: Lance version to read; defaults to the latest at construction.
+        storage_options: Object-store options (credentials); never stored in a state.
+        block_rows: Consecutive rows read and shuffled as one block.
+        shuffle_buffer_size: Rows (over all splits) permuted together; each split's
+            window is ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks.
+
+    Raises:
+        ValueError: a setting out of range, N < S, S not divisible by world_size,
+            an unknown column, or ``shuffle_seed=None`` with several ranks and no
+            process group.
+    """
+
+    def __init__(
+        self,
+        table: Any,
+        *,
+        num_splits: int | None = None,
+        shuffle: bool = True,
+        shuffle_seed: int | None = 0,
+        epoch: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        read_batch_size: int = DEFAULT_READ_BATCH_SIZE,
+        io_queue_depth: int = DEFAULT_IO_QUEUE_DEPTH,
+        prefetch_batches: int | None = None,
+        columns: Sequence[str] | None = None,
+        shuffle_clump_size: int | None = None,
+        filter: str | None = None,  # noqa: A002 - the peer's keyword
+        transform: Callable[[Any], Iterable[Any]] | None = None,
+        transform_parallelism: int | None = None,
+        transform_queue_depth: int | None = None,
+        pack_sequences: int | None = None,
+        eos_id: int | None = None,
+        pad_id: int | None = None,
+        blocks_per_epoch: int | str | None = None,
+        on_transform_error: str | Callable[[Exception], bool] = "raise",
+        connection_factory: Callable[[str], Any] | None = None,
+        worker_info_override: Any = None,
+        version: int | None = None,
+        storage_options: dict[str, str] | None = None,
+        block_rows: int = DEFAULT_BLOCK_ROWS,
+        shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+    ) -> None:
+        rank, world_size = _topology(rank, world_size)
+        if shuffle_seed is None and isinstance(world_size, int):
+            shuffle_seed = _draw_seed(world_size)
+        settings = dict(locals())
+        deferred = {
+            name: settings[name]
+            for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch", "on_transform_error")
+        }
+        values = {name: settings[name] for name in Options.__dataclass_fields__}
+        values["num_splits"] = world_size if num_splits is None else num_splits
+        self._options = check_options(values, deferred)
+        self._rank_splits = rank_splits(self._options.num_splits, rank=rank, world_size=world_size)
+        self._worker_info_override = worker_info_override
+        self._snapshot, handle = source.resolve(
+            table,
+            version=version,
+            storage_options=storage_options,
+            connection_factory=connection_factory,
+        )
+        self._epoch = self._options.epoch
+        self._open(self._snapshot, handle, epoch=self._epoch)
+        self._progress = Progress(self._options.num_splits)
+        self._active: Generator[Any, None, None] | None = None
+
+    # -- snapshot and plan -------------------------------------------------------
+
+    def _open(self, snapshot: source.Snapshot, handle: Any, *, epoch: int) -> None:
+        """Resolve columns, filter and plan for ``snapshot``; assign only on success."""
+        columns = self._resolve_columns(handle)
+        filter_index = (
+            source.build_filter_index(handle, self._options.filter) if self._options.filter else None
+        )
+        ids, rows = source.fragment_rows(handle)
+        if filter_index is not None:
+            matching = dict(zip(filter_index.ids.tolist(), filter_index.counts()))
+            rows = [matching.get(fragment_id, 0) for fragment_id in ids]
+        plan = EpochPlan(ids, rows, self._settings(epoch))
+        self._snapshot, self._columns, self._filter_index = snapshot, columns, filter_index
+        self._fragments, self._plan = (ids, rows), plan
+
+    def _resolve_columns(self, handle: Any) -> tuple[str, ...]:
+        available = source.column_names(handle)
+        wanted = self._options.columns
+        if wanted is None:
+            return tuple(available)
+        unknown = [name for name in wanted if name not in available]
+        if unknown:
+            raise ValueError(
+                f"columns={list(wanted)!r} names {unknown!r}, which version "
+                f"{handle.version} of the table does not have; choose from {available!r}"
+            )
+        return tuple(wanted)
+
+    def _settings(self, epoch: int) -> PlanSettings:
+        options = self._options
+        return PlanSettings(
+            num_splits=options.num_splits,
+            shuffle=options.shuffle,
+            seed=options.shuffle_seed,
+            epoch=epoch,
+            block_rows=options.block_rows,
+            window_rows=window_rows_for(
+                shuffle_buffer_size=options.shuffle_buffer_size,
+                num_splits=options.num_splits,
+                block_rows=options.block_rows,
+            ),
+            clump_rows=options.clump_rows,
+        )
+
+    # -- public properties ------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._epoch
+
+    @property
+    def num_splits(self) -> int:
+        """S, the number of splits."""
+        return self._options.num_splits
+
+    @property
+    def shuffle_seed(self) -> int:
+        """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
+        return self._options.shuffle_seed
+
+    @property
+    def split_length(self) -> int:
+        """L, the rows of every split in this epoch."""
+        return self._plan.split_length
+
+    @property
+    def rank(self) -> int:
+        """This dataset's rank."""
+        return self._options.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._options.world_size
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns read, resolved against the snapshot."""
+        return list(self._columns)
+
+    @property
+    def table_uri(self) -> str:
+        """URI of the table (never includes credentials)."""
+        return self._snapshot.uri
+
+    @property
+    def version(self) -> int:
+        """The Lance version read."""
+        return self._snapshot.version
+
+    def owned_splits(self) -> list[int]:
+        """Splits of this rank: rank, rank + world_size, ..."""
+        return list(self._rank_splits)
+
+    def __len__(self) -> int:
+        """Samples the next iterator of this rank will yield."""
+        length = self._plan.split_length
+        return sum(length - self._progress.positions[split] for split in self._rank_splits)
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamingDataset(uri={self._snapshot.uri!r}, version={self._snapshot.version}, "
+            f"num_splits={self.num_splits}, rank={self.rank}, world_size={self.world_size}, "
+            f"epoch={self._epoch}, split_length={self.split_length})"
+        )
+
+    # -- iteration ------------------------------------------------------------
+
+    def _iterator_splits(self) -> list[int]:
+        info = self._worker_info_override
+        if info is None:
+            info = get_worker_info()
+            if info is not None:
+                source.check_fork_safety()
+        if info is None or info.num_workers <= 1:
+            return list(self._rank_splits)
+        return worker_splits(
+            self._rank_splits, worker=info.id, num_workers=info.num_workers, world_size=self.world_size
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yield the remaining samples of this rank's (or this worker's) splits.
+
+        A new iterator continues from the committed position; an older iterator of
+        the same dataset is closed (it stops) so two never advance one position.
+        """
+        if is_running(self._active):
+            assert self._active is not None
+            self._active.close()
+        splits = self._iterator_splits()
+        if all(self._progress.positions[split] >= self._plan.split_length for split in splits):
+            warnings.warn(
+                f"epoch {self._epoch} was already fully delivered, so this iterator yields "
+                f"nothing; call set_epoch({self._epoch + 1}) to move on",
+                EpochCompleteWarning,
+                stacklevel=2,
+            )
+        windows = WindowSource(
+            snapshot=self._snapshot,
+            plan=self._plan,
+            columns=self._columns,
+            filter_index=self._filter_index,
+            transform=self._options.transform,
+            batch_rows=self._options.read_batch_size,
+        )
+        self._active = iterate_cycles(
+            windows, splits, self._progress, io_threads=self._options.io_queue_depth
+        )
+        return self._active
+
+    def _require_idle(self, action: str) -> None:
+        if is_running(self._active):
+            raise RuntimeError(
+                f"cannot {action} while an iterator of this dataset is active; finish or "
+                "close the iterator (or the DataLoader loop) first"
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch``: a no-op for the current epoch, else counts restart at 0.
+
+        Raises:
+            RuntimeError: another epoch while an iterator is active.
+            ValueError: ``epoch`` is not a non-negative integer.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        if epoch == self._epoch:
+            return
+        self._require_idle(f"set_epoch({epoch})")
+        self._plan = EpochPlan(*self._fragments, self._settings(epoch))
+        self._epoch = epoch
+        self._progress = Progress(self.num_splits)
+
+    # -- state --------------------------------------------------------------
+
+    def _describe(self, samples: Sequence[int], positions: Sequence[int]) -> StreamState:
+        settings = self._plan.settings
+        return StreamState(
+            num_splits=self.num_splits,
+            shuffle=self._options.shuffle,
+            shuffle_seed=self.shuffle_seed,
+            epoch=self._epoch,
+            block_rows=settings.block_rows,
+            window_rows=settings.window_rows,
+            clump_rows=settings.clump_rows,
+            samples=tuple(samples),
+            positions=tuple(positions),
+            owned_splits=tuple(self._rank_splits),
+            uri=self._snapshot.uri,
+            version=self._snapshot.version,
+            filter=self._options.filter,
+            columns=self._columns,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last completed cycle, as plain JSON data.
+
+        Owned splits carry their exact counts; every other split carries where it
+        stands if all ranks advance in lockstep, so one rank's state resumes a
+        synchronous job on the same topology. Never contains credentials.
+        """
+        progress, length = self._progress, self._plan.split_length
+        owned = self._rank_splits
+        advance = min(progress.samples[split] - progress.start[split] for split in owned)
+        samples, positions = list(progress.samples), list(progress.positions)
+        for split in range(self.num_splits):
+            if split not in owned:
+                samples[split] = min(length, progress.start[split] + advance)
+                positions[split] = max(samples[split], min(length, progress.positions[split] + advance))
+        return self._describe(samples, positions).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
+
+        The whole state is validated first; a refused state leaves the dataset as
+        it was.
+
+        Raises:
+            ValueError: malformed state, unknown format, peer checkpoint, or any plan
+                input that differs from this dataset's (the message names the
+                field, both values and the fix).
+            source.SnapshotGoneError: the pinned version no longer exists.
+            RuntimeError: an iterator of this dataset is active.
+        """
+        self._require_idle("load_state_dict")
+        saved = parse_state(state)
+        pinned = self._snapshot.at_version(saved.version)
+        handle = source.open_snapshot(pinned, fresh=True)
+        before = (self._snapshot, self._columns, self._filter_index, self._fragments, self._plan)
+        try:
+            self._open(pinned, handle, epoch=saved.epoch)
+            current = self._describe(saved.samples, saved.positions)
+            check_compatible(saved, current, split_length=self._plan.split_length)
+        except BaseException:
+            self._snapshot, self._columns, self._filter_index, self._fragments, self._plan = before
+            raise
+        self._epoch = saved.epoch
+        self._progress.reset(saved.samples, saved.positions)
+
+    @staticmethod
+    def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
+        """Merge every old rank's state into the one state every new rank loads.
+
+        Each split's count comes from the state that owns it. Refuses states of
+        different plans, snapshots or epochs, owners that disagree, and (unless
+        ``allow_lag=True``, which accepts ranks of unequal remaining length) owned
+        counts that differ between states.
+        """
+        return merge_states(states, allow_lag=allow_lag)

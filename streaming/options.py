@@ -1,0 +1,124 @@
+"""Constructor settings of ``StreamingDataset``: one table of checks, one error format.
+
+Order-defining settings (they decide which row sits at each position) are recorded
+in every state dict; the rest are I/O settings that never change the order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_BLOCK_ROWS = 64
+DEFAULT_SHUFFLE_BUFFER_SIZE = 32768
+DEFAULT_READ_BATCH_SIZE = 64
+DEFAULT_IO_QUEUE_DEPTH = 4
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _positive(value: object) -> bool:
+    return _is_int(value) and value > 0  # type: ignore[operator]
+
+
+def _optional_positive(value: object) -> bool:
+    return value is None or _positive(value)
+
+
+def _non_negative(value: object) -> bool:
+    return _is_int(value) and value >= 0  # type: ignore[operator]
+
+
+_CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("num_splits", _positive, "a positive integer"),
+    ("world_size", _positive, "a positive integer"),
+    ("rank", _non_negative, "an integer in [0, world_size)"),
+    ("epoch", _non_negative, "a non-negative integer"),
+    ("shuffle", lambda v: isinstance(v, bool), "True or False"),
+    ("shuffle_seed", _non_negative, "a non-negative integer (or None to draw one)"),
+    ("block_rows", _positive, "a positive integer"),
+    ("shuffle_buffer_size", _positive, "a positive integer (rows)"),
+    ("shuffle_clump_size", _optional_positive, "a positive integer or None"),
+    ("read_batch_size", _positive, "a positive integer"),
+    ("io_queue_depth", _positive, "a positive integer"),
+    ("prefetch_batches", _optional_positive, "a positive integer or None"),
+    ("transform_parallelism", _optional_positive, "a positive integer or None"),
+    ("transform_queue_depth", _optional_positive, "a positive integer or None"),
+    ("version", _optional_positive, "a positive Lance version number or None"),
+    (
+        "filter",
+        lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+        "an SQL predicate string or None",
+    ),
+    ("transform", lambda v: v is None or callable(v), "a callable or None"),
+    (
+        "columns",
+        lambda v: (
+            v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(c, str) for c in v))
+        ),
+        "a non-empty list of column names or None",
+    ),
+)
+
+# Keywords of the peer's training features that arrive in their own release.
+_NOT_YET: tuple[tuple[str, object], ...] = (
+    ("pack_sequences", None),
+    ("eos_id", None),
+    ("pad_id", None),
+    ("blocks_per_epoch", None),
+    ("on_transform_error", "raise"),
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Validated constructor settings (``rank``, ``world_size`` already resolved)."""
+
+    num_splits: int
+    world_size: int
+    rank: int
+    epoch: int
+    shuffle: bool
+    shuffle_seed: int
+    block_rows: int
+    shuffle_buffer_size: int
+    shuffle_clump_size: int | None
+    read_batch_size: int
+    io_queue_depth: int
+    prefetch_batches: int | None
+    transform_parallelism: int | None
+    transform_queue_depth: int | None
+    version: int | None
+    filter: str | None
+    transform: Callable[..., Any] | None
+    columns: tuple[str, ...] | None
+
+    @property
+    def clump_rows(self) -> int:
+        """Rows permuted together inside a window (1: every row on its own)."""
+        return self.shuffle_clump_size or 1
+
+
+def check_options(values: dict[str, Any], deferred: dict[str, Any]) -> Options:
+    """Validate constructor settings and return them as ``Options``.
+
+    Raises:
+        ValueError: a setting is out of range, naming it, its value and the fix.
+        NotImplementedError: a peer training feature that this release lacks.
+    """
+    for name, default in _NOT_YET:
+        if deferred.get(name, default) != default:
+            raise NotImplementedError(
+                f"{name}={deferred[name]!r} is not supported by this release of "
+                f"lance-streaming yet; leave {name} at its default ({default!r})"
+            )
+    for name, check, expected in _CHECKS:
+        if not check(values[name]):
+            raise ValueError(f"{name} must be {expected}, got {values[name]!r}")
+    if values["rank"] >= values["world_size"]:
+        raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
+    columns = values["columns"]
+    return Options(**{**values, "columns": tuple(columns) if columns is not None else None})

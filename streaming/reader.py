@@ -1,0 +1,127 @@
+"""Reading windows of owned splits: one Lance take per fragment, one window read ahead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from . import source
+from .plan import EpochPlan
+from .rows import Rows, TransformedRows
+
+Window = Rows | TransformedRows
+Key = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class WindowSource:
+    """Everything needed to turn (split, window) pairs into rows in yield order."""
+
+    snapshot: source.Snapshot
+    plan: EpochPlan
+    columns: Sequence[str]
+    filter_index: source.FilterIndex | None
+    transform: Callable[[pa.RecordBatch], Iterable[Any]] | None
+    batch_rows: int
+
+    def read(self, requests: Sequence[Key]) -> dict[Key, Window]:
+        """Read the windows of ``requests`` together and put each in yield order."""
+        request = self.plan.window_read(requests)
+        dataset = source.open_snapshot(self.snapshot)
+        table = source.read_rows(
+            dataset, request.pieces, columns=self.columns, filter_index=self.filter_index
+        )
+        windows: list[Window]
+        if self.transform is not None:
+            windows = [
+                TransformedRows(table, gather, self.transform, batch_rows=self.batch_rows)
+                for gather in request.gathers
+            ]
+        else:
+            windows = list(Rows.gather(table, request.gathers))
+        return dict(zip(requests, windows))
+
+
+class SplitReaders:
+    """The samples of several splits from their start positions to the split end.
+
+    Windows that the splits need next are read together in the background: when
+    a split moves into a new window, the next window of every split that has none
+    scheduled is requested in one read. Memory is about two windows per split.
+    """
+
+    def __init__(
+        self,
+        windows: WindowSource,
+        starts: dict[int, int],
+        executor: Executor,
+    ) -> None:
+        self._windows = windows
+        self._executor = executor
+        self._length = windows.plan.split_length
+        self._window_rows = windows.plan.settings.window_rows
+        self.positions = dict(starts)
+        self._current: dict[int, Window] = {}
+        self._current_start: dict[int, int] = {}
+        self._scheduled: dict[Key, Future[dict[Key, Window]]] = {}
+        self._ahead = {split: position // self._window_rows for split, position in starts.items()}
+        self._schedule()
+        self._schedule()
+
+    def remaining(self, split: int) -> int:
+        """Samples ``split`` has yet to yield."""
+        return self._length - self.positions[split]
+
+    def _schedule(self) -> None:
+        """Request the next unscheduled window of every split, in one read."""
+        wanted = [
+            (split, window)
+            for split, window in self._ahead.items()
+            if window * self._window_rows < self._length and (split, window) not in self._scheduled
+        ]
+        if not wanted:
+            return
+        future = self._executor.submit(self._windows.read, wanted)
+        for key in wanted:
+            self._scheduled[key] = future
+            self._ahead[key[0]] = key[1] + 1
+
+    def _enter(self, split: int, window: int) -> None:
+        key = (split, window)
+        if key not in self._scheduled:
+            self._ahead[split] = window
+            self._schedule()
+        self._current[split] = self._scheduled.pop(key).result().pop(key)
+        self._current_start[split] = window * self._window_rows
+        if self._ahead[split] <= window + 1:
+            self._schedule()
+
+    def take(self, split: int, limit: int) -> list[Any]:
+        """Up to ``limit`` samples of ``split`` without crossing a window (at least one).
+
+        Call only while ``remaining(split)`` is positive.
+        """
+        position = self.positions[split]
+        current = self._current.get(split)
+        if current is None or position - self._current_start[split] >= len(current):
+            self._enter(split, position // self._window_rows)
+            current = self._current[split]
+        offset = position - self._current_start[split]
+        stop = min(len(current), offset + limit)
+        self.positions[split] = position + stop - offset
+        return current.samples(offset, stop)
+
+    def unread(self, split: int, count: int) -> None:
+        """Give back the last ``count`` samples taken (they stay in the window)."""
+        self.positions[split] -= count
+
+    def close(self) -> None:
+        """Drop current windows and cancel reads not yet started."""
+        for future in self._scheduled.values():
+            future.cancel()
+        self._scheduled.clear()
+        self._current.clear()

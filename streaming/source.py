@@ -1,0 +1,238 @@
+"""The only module that talks to Lance: snapshots, fragment row counts, filters, reads.
+
+Lance handles never travel between processes. A ``Snapshot`` (URI, version,
+storage options) does, and every process opens its own handle from it, once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+_MAX_HANDLES = 8
+_HANDLES: dict[tuple[str, int, int], Any] = {}
+_lance_used_in_pid: int | None = None
+
+
+class SnapshotGoneError(ValueError):
+    """The Lance version a checkpoint pins no longer exists."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Where to find one version of a table; picklable, holds no handle.
+
+    ``storage_options`` (which may hold credentials) are kept out of ``repr`` and
+    out of every state dict.
+    """
+
+    uri: str
+    version: int
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    table_name: str | None = field(default=None, compare=False)
+    connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
+
+    def at_version(self, version: int) -> Snapshot:
+        """The same table at another version."""
+        return Snapshot(self.uri, version, self.storage_options, self.table_name, self.connection_factory)
+
+
+def check_fork_safety() -> None:
+    """Raise if this process was forked from one that had already used Lance.
+
+    Lance is not fork-safe: a forked child that touches it can crash or hang, even
+    with a handle of its own. Called before any Lance call in a worker.
+    """
+    if _lance_used_in_pid is not None and _lance_used_in_pid != os.getpid():
+        raise RuntimeError(
+            "this DataLoader worker was forked from a process that had already used "
+            "Lance, which is not fork-safe (the worker could hang or crash); use "
+            "streaming.StreamingDataLoader, or pass multiprocessing_context='forkserver' "
+            "(or 'spawn') to DataLoader"
+        )
+
+
+def _mark_used() -> None:
+    global _lance_used_in_pid
+    _lance_used_in_pid = os.getpid()
+
+
+def _open_dataset(uri: str, version: int | None, storage_options: Mapping[str, str] | None) -> Any:
+    import lance
+
+    _mark_used()
+    options = dict(storage_options) if storage_options else None
+    try:
+        return lance.dataset(uri, version=version, storage_options=options)
+    except ValueError as error:
+        if version is not None and "not found" in str(error).lower():
+            raise SnapshotGoneError(
+                f"version {version} of table {uri!r} no longer exists (it was cleaned up "
+                "or the table was recreated), so this checkpoint cannot be resumed "
+                "exactly; protect a version you may resume from with a Lance tag "
+                "(lance.dataset(uri).tags.create(name, version)) before cleaning up old versions"
+            ) from None
+        raise
+
+
+def resolve(
+    table: Any,
+    *,
+    version: int | None,
+    storage_options: Mapping[str, str] | None,
+    connection_factory: Callable[[str], Any] | None = None,
+) -> tuple[Snapshot, Any]:
+    """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
+
+    Returns the snapshot (pinned to ``version``, default the latest now) and an open
+    handle to it for this process.
+    """
+    _mark_used()
+    table_name = None
+    if hasattr(table, "to_lance") and hasattr(table, "name"):
+        table_name = str(table.name)
+        dataset = table.to_lance()
+    elif hasattr(table, "get_fragments") and hasattr(table, "uri"):
+        dataset = table
+    elif isinstance(table, (str, os.PathLike)):
+        dataset = _open_dataset(os.fspath(table), None, storage_options)
+    else:
+        raise TypeError(
+            f"table must be a LanceDB table, a lance.LanceDataset or a URI string, got {type(table).__name__}"
+        )
+    uri = str(dataset.uri)
+    pinned = int(version) if version is not None else int(dataset.version)
+    snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
+    if int(dataset.version) != pinned:
+        dataset = open_snapshot(snapshot)
+    _remember(_key(snapshot), dataset)
+    return snapshot, dataset
+
+
+def _key(snapshot: Snapshot) -> tuple[str, int, int]:
+    return (snapshot.uri, snapshot.version, os.getpid())
+
+
+def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Any:
+    """This process's handle to ``snapshot``, opened on first use.
+
+    With ``fresh`` the handle is reopened, which proves the version still exists.
+
+    Raises:
+        SnapshotGoneError: the version no longer exists.
+    """
+    key = _key(snapshot)
+    handle = None if fresh else _HANDLES.get(key)
+    if handle is None:
+        if snapshot.connection_factory is not None and snapshot.table_name is not None:
+            _mark_used()
+            latest = snapshot.connection_factory(snapshot.table_name).to_lance()
+            handle = _open_dataset(str(latest.uri), snapshot.version, snapshot.storage_options)
+        else:
+            handle = _open_dataset(snapshot.uri, snapshot.version, snapshot.storage_options)
+        _remember(key, handle)
+    return handle
+
+
+def _remember(key: tuple[str, int, int], handle: Any) -> None:
+    """Cache a handle, keeping only the most recent few per process."""
+    _HANDLES.pop(key, None)
+    _HANDLES[key] = handle
+    while len(_HANDLES) > _MAX_HANDLES:
+        del _HANDLES[next(iter(_HANDLES))]
+
+
+def column_names(dataset: Any) -> list[str]:
+    """Every column of the snapshot, in schema order."""
+    return list(dataset.schema.names)
+
+
+def fragment_rows(dataset: Any) -> tuple[list[int], list[int]]:
+    """Fragment ids in storage order and their live row counts, from metadata only."""
+    ids, rows = [], []
+    for fragment in dataset.get_fragments():
+        ids.append(int(fragment.fragment_id))
+        rows.append(int(fragment.physical_rows) - int(fragment.num_deletions))
+    return ids, rows
+
+
+@dataclass(frozen=True)
+class FilterIndex:
+    """Live-row offsets of the rows matching a filter, per fragment, stored compactly.
+
+    ``offsets[starts[i]:starts[i + 1]]`` are the matching live offsets of fragment
+    ``ids[i]``, ascending.
+    """
+
+    ids: np.ndarray
+    starts: np.ndarray
+    offsets: np.ndarray
+
+    def counts(self) -> list[int]:
+        """Matching rows per fragment, in the order of ``ids``."""
+        return np.diff(self.starts).tolist()
+
+    def live_offsets(self, fragment_id: int, planned: np.ndarray) -> np.ndarray:
+        """Map indices among a fragment's matching rows to its live-row offsets."""
+        index = int(np.searchsorted(self.ids, fragment_id))
+        result: np.ndarray = self.offsets[self.starts[index] + planned]
+        return result
+
+
+def build_filter_index(dataset: Any, predicate: str) -> FilterIndex:
+    """Find the live offsets of every row matching ``predicate`` with one scan."""
+    _mark_used()
+    try:
+        matched = dataset.scanner(filter=predicate, columns=[], with_row_address=True).to_table()
+    except Exception as error:  # Lance raises several types for a bad predicate
+        raise ValueError(
+            f"filter={predicate!r} could not be applied to table {dataset.uri!r}: {error}; "
+            "pass an SQL predicate over the table's columns"
+        ) from None
+    addresses = np.sort(matched.column("_rowaddr").to_numpy().astype(np.uint64))
+    fragments = (addresses >> np.uint64(32)).astype(np.int64)
+    physical = (addresses & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    ids, _ = fragment_rows(dataset)
+    ordered_ids = np.array(sorted(ids), dtype=np.int64)
+    starts = np.searchsorted(fragments, ordered_ids, side="left")
+    starts = np.append(starts, len(fragments)).astype(np.int64)
+    offsets = physical.copy()
+    for index, fragment_id in enumerate(ordered_ids):
+        lo, hi = int(starts[index]), int(starts[index + 1])
+        fragment = dataset.get_fragment(int(fragment_id))
+        if hi > lo and int(fragment.num_deletions) > 0:
+            offsets[lo:hi] = np.searchsorted(_live_physical(fragment), physical[lo:hi])
+    return FilterIndex(ids=ordered_ids, starts=starts, offsets=offsets.astype(np.uint32))
+
+
+def _live_physical(fragment: Any) -> np.ndarray:
+    table = fragment.scanner(columns=[], with_row_address=True).to_table()
+    addresses = table.column("_rowaddr").to_numpy().astype(np.uint64)
+    result: np.ndarray = np.sort((addresses & np.uint64(0xFFFFFFFF)).astype(np.int64))
+    return result
+
+
+def read_rows(
+    dataset: Any,
+    pieces: Sequence[tuple[int, np.ndarray]],
+    *,
+    columns: Sequence[str],
+    filter_index: FilterIndex | None,
+) -> pa.Table:
+    """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
+
+    One ``take`` per fragment; runs of consecutive offsets read as contiguous ranges.
+    """
+    tables = []
+    for fragment_id, planned in pieces:
+        offsets = planned if filter_index is None else filter_index.live_offsets(fragment_id, planned)
+        fragment = dataset.get_fragment(int(fragment_id))
+        tables.append(fragment.take(np.asarray(offsets, dtype=np.int64), columns=list(columns)))
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables)

@@ -1,0 +1,371 @@
+"""The checkpoint format: schema, one table-driven validator, and merge. Pure.
+
+A state is plain JSON data (int, str, bool, None, list, dict). ``parse_state``
+checks its shape; ``check_compatible`` checks it against the dataset that loads it;
+``merge_states`` combines the states of every rank of a run. Each raises
+``ValueError`` naming the field, the saved value, the current value and the fix,
+and none of them changes anything.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TableMovedWarning, UnownedSplitsWarning
+from .plan import PLAN_FORMAT
+
+FORMAT_VERSION = 1
+
+_PEER_HINT = (
+    "this checkpoint has no format_version: it comes from another plan "
+    "(lancedb.streaming or an older loader), whose rows sit at other positions, so it "
+    "cannot be resumed exactly here; restart the epoch or finish it with the loader "
+    "that wrote it"
+)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _non_negative(value: object) -> bool:
+    return _is_int(value) and value >= 0  # type: ignore[operator]
+
+
+def _positive(value: object) -> bool:
+    return _is_int(value) and value > 0  # type: ignore[operator]
+
+
+def _int_list(value: object) -> bool:
+    return isinstance(value, list) and all(_non_negative(item) for item in value)
+
+
+def _optional_str(value: object) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _str_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+Check = Callable[[object], bool]
+
+_TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
+    ("format_version", _is_int, "an integer"),
+    ("num_splits", _positive, "a positive integer"),
+    ("shuffle", lambda v: isinstance(v, bool), "a bool"),
+    ("shuffle_seed", _non_negative, "a non-negative integer"),
+    ("epoch", _non_negative, "a non-negative integer"),
+    ("plan", lambda v: isinstance(v, dict), "a dict"),
+    ("samples_consumed_per_split", _int_list, "a list of non-negative integers"),
+    ("positions_consumed_per_split", _int_list, "a list of non-negative integers"),
+    ("owned_splits", _int_list, "a list of non-negative integers"),
+    ("table", lambda v: isinstance(v, dict), "a dict"),
+    ("filter", _optional_str, "a string or None"),
+    ("columns", _str_list, "a list of column names"),
+)
+_PLAN_FIELDS: tuple[tuple[str, Check, str], ...] = (
+    ("block_rows", _positive, "a positive integer"),
+    ("window_rows", _positive, "a positive integer"),
+    ("clump_rows", _positive, "a positive integer"),
+    ("plan_format", _positive, "a positive integer"),
+)
+_TABLE_FIELDS: tuple[tuple[str, Check, str], ...] = (
+    ("uri", lambda v: isinstance(v, str), "a string"),
+    ("version", _positive, "a positive integer"),
+)
+
+# Plan inputs that must match on load and on merge, with how to fix a mismatch.
+_MUST_MATCH: tuple[tuple[str, str], ...] = (
+    ("num_splits", "build the dataset with num_splits={saved!r}"),
+    ("shuffle", "build the dataset with shuffle={saved!r}"),
+    ("shuffle_seed", "build the dataset with shuffle_seed={saved!r}"),
+    ("filter", "build the dataset with filter={saved!r}"),
+    ("columns", "build the dataset with columns={saved!r}"),
+    ("plan.block_rows", "build the dataset with block_rows={saved!r}"),
+    (
+        "plan.window_rows",
+        "build the dataset with shuffle_buffer_size={saved} * num_splits",
+    ),
+    ("plan.clump_rows", "build the dataset with shuffle_clump_size={saved!r}"),
+    (
+        "plan.plan_format",
+        "resume with the lance-streaming release that wrote it (plan format {saved!r})",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """A validated checkpoint. ``to_dict`` gives the plain-JSON form."""
+
+    num_splits: int
+    shuffle: bool
+    shuffle_seed: int
+    epoch: int
+    block_rows: int
+    window_rows: int
+    clump_rows: int
+    samples: tuple[int, ...]
+    positions: tuple[int, ...]
+    owned_splits: tuple[int, ...]
+    uri: str
+    version: int
+    filter: str | None
+    columns: tuple[str, ...]
+    plan_format: int = PLAN_FORMAT
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the state as plain JSON-serialisable data."""
+        return {
+            "format_version": FORMAT_VERSION,
+            "num_splits": self.num_splits,
+            "shuffle": self.shuffle,
+            "shuffle_seed": self.shuffle_seed,
+            "epoch": self.epoch,
+            "plan": {
+                "block_rows": self.block_rows,
+                "window_rows": self.window_rows,
+                "clump_rows": self.clump_rows,
+                "plan_format": self.plan_format,
+            },
+            "samples_consumed_per_split": list(self.samples),
+            "positions_consumed_per_split": list(self.positions),
+            "owned_splits": list(self.owned_splits),
+            "table": {"uri": self.uri, "version": self.version},
+            "filter": self.filter,
+            "columns": list(self.columns),
+        }
+
+
+def _check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"state {prefix or 'object'} must be a dict, got {type(data).__name__}")
+    for name, check, expected in fields:
+        where = f"{prefix}.{name}" if prefix else name
+        if name not in data:
+            raise ValueError(
+                f"state is missing {where!r}; pass the dict returned by state_dict() "
+                "or merge_state_dicts(), unmodified"
+            )
+        if not check(data[name]):
+            raise ValueError(
+                f"state field {where!r} must be {expected}, got {data[name]!r}; "
+                "the checkpoint is damaged or was edited"
+            )
+
+
+def parse_state(state: object) -> StreamState:
+    """Validate the shape of ``state`` and return it as a ``StreamState``.
+
+    Raises:
+        ValueError: for a peer checkpoint, an unknown ``format_version``, a missing
+            key, a wrong type, a list of the wrong length, an owned split out of
+            range, or a position below its count.
+    """
+    if isinstance(state, dict) and "format_version" not in state and "samples_consumed_per_split" in state:
+        raise ValueError(_PEER_HINT)
+    version = state.get("format_version") if isinstance(state, dict) else None
+    if _is_int(version) and version != FORMAT_VERSION:
+        raise ValueError(
+            f"state has format_version={version!r} but this release reads "
+            f"format_version={FORMAT_VERSION}; resume with the lance-streaming release that wrote it"
+        )
+    _check_fields(state, _TOP_LEVEL, "")
+    assert isinstance(state, dict)  # for the type checker; _check_fields proved it
+    _check_fields(state["plan"], _PLAN_FIELDS, "plan")
+    _check_fields(state["table"], _TABLE_FIELDS, "table")
+    num_splits = state["num_splits"]
+    for name in ("samples_consumed_per_split", "positions_consumed_per_split"):
+        if len(state[name]) != num_splits:
+            raise ValueError(
+                f"state field {name!r} has {len(state[name])} entries but num_splits="
+                f"{num_splits}; the checkpoint is damaged or was edited"
+            )
+    owned = state["owned_splits"]
+    if len(set(owned)) != len(owned) or any(split >= num_splits for split in owned):
+        raise ValueError(
+            f"state field 'owned_splits'={owned!r} must list distinct splits in "
+            f"[0, {num_splits}); the checkpoint is damaged or was edited"
+        )
+    for split, (count, position) in enumerate(
+        zip(state["samples_consumed_per_split"], state["positions_consumed_per_split"])
+    ):
+        if position < count:
+            raise ValueError(
+                f"state has positions_consumed_per_split[{split}]={position} below "
+                f"samples_consumed_per_split[{split}]={count}; a position is never "
+                "behind its count: the checkpoint is damaged or was edited"
+            )
+    plan, table = state["plan"], state["table"]
+    return StreamState(
+        num_splits=num_splits,
+        shuffle=state["shuffle"],
+        shuffle_seed=state["shuffle_seed"],
+        epoch=state["epoch"],
+        block_rows=plan["block_rows"],
+        window_rows=plan["window_rows"],
+        clump_rows=plan["clump_rows"],
+        plan_format=plan["plan_format"],
+        samples=tuple(state["samples_consumed_per_split"]),
+        positions=tuple(state["positions_consumed_per_split"]),
+        owned_splits=tuple(sorted(owned)),
+        uri=table["uri"],
+        version=table["version"],
+        filter=state["filter"],
+        columns=tuple(state["columns"]),
+    )
+
+
+def _field(state: StreamState, path: str) -> object:
+    value = getattr(state, path.split(".")[-1])
+    return list(value) if isinstance(value, tuple) else value
+
+
+def plan_mismatches(saved: StreamState, current: StreamState) -> list[str]:
+    """Messages for every order-defining input that differs, in a fixed order."""
+    problems = []
+    for path, fix in _MUST_MATCH:
+        old, new = _field(saved, path), _field(current, path)
+        if old != new:
+            problems.append(
+                f"checkpoint has {path}={old!r} but this dataset has {path}={new!r}; "
+                + fix.format(saved=old)
+                + " to resume it"
+            )
+    return problems
+
+
+def check_compatible(saved: StreamState, current: StreamState, *, split_length: int) -> None:
+    """Check a parsed state against the dataset about to load it.
+
+    ``current`` describes the dataset (its counts are ignored); ``split_length`` is
+    L of the snapshot the state pins. Warns when only the table URI differs.
+
+    Raises:
+        ValueError: a plan input differs, or a count or position exceeds L.
+    """
+    problems = plan_mismatches(saved, current)
+    if problems:
+        raise ValueError(problems[0])
+    for name, values in (
+        ("samples_consumed_per_split", saved.samples),
+        ("positions_consumed_per_split", saved.positions),
+    ):
+        for split, value in enumerate(values):
+            if value > split_length:
+                raise ValueError(
+                    f"state has {name}[{split}]={value} but splits of this snapshot hold "
+                    f"{split_length} rows; the checkpoint belongs to another table or was "
+                    "edited"
+                )
+    if saved.uri != current.uri:
+        warnings.warn(
+            f"checkpoint was taken on table {saved.uri!r}, this dataset reads "
+            f"{current.uri!r}; resuming at version {saved.version} of it (fine if the "
+            "table was copied, wrong if it is another table)",
+            TableMovedWarning,
+            stacklevel=3,
+        )
+
+
+def _check_same_run(states: Sequence[StreamState]) -> None:
+    first = states[0]
+    for index, other in enumerate(states[1:], start=1):
+        problems = plan_mismatches(first, other)
+        if problems:
+            raise ValueError(f"states 0 and {index} come from different plans: {problems[0]}")
+        for name in ("version", "epoch"):
+            if getattr(first, name) != getattr(other, name):
+                raise ValueError(
+                    f"state 0 has {name}={getattr(first, name)!r} but state {index} has "
+                    f"{name}={getattr(other, name)!r}; merge the states of one checkpoint "
+                    "of one run, taken at the same step"
+                )
+        if first.uri != other.uri:
+            warnings.warn(
+                f"state 0 names table {first.uri!r} and state {index} names "
+                f"{other.uri!r}; merging them as copies of one table",
+                TableMovedWarning,
+                stacklevel=3,
+            )
+
+
+def _owner_counts(states: Sequence[StreamState]) -> dict[int, tuple[int, int]]:
+    owned: dict[int, tuple[int, int]] = {}
+    for index, state in enumerate(states):
+        for split in state.owned_splits:
+            pair = (state.samples[split], state.positions[split])
+            if split in owned and owned[split] != pair:
+                raise ValueError(
+                    f"two states own split {split} with different progress "
+                    f"(count, position) {owned[split]} and {pair} (state {index}); they "
+                    "were taken at different steps or come from different runs"
+                )
+            owned[split] = pair
+    return owned
+
+
+def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[str, Any]:
+    """Merge the states of every rank of one run into the state every new rank loads.
+
+    Each split's count comes from the state that owns it; splits nobody owns keep
+    the largest (lockstep) count and an ``UnownedSplitsWarning`` names them. The
+    merged ``owned_splits`` is the union.
+
+    Raises:
+        ValueError: no states, malformed states, different plans, snapshots or
+            epochs, two owners disagreeing, or (unless ``allow_lag``) owned counts
+            that differ between states.
+    """
+    if not states:
+        raise ValueError("merge_state_dicts needs at least one state; pass every rank's state")
+    parsed = [parse_state(state) for state in states]
+    _check_same_run(parsed)
+    owned = _owner_counts(parsed)
+    first = parsed[0]
+    if not allow_lag:
+        _check_lockstep(owned)
+    unowned = [split for split in range(first.num_splits) if split not in owned]
+    if unowned:
+        warnings.warn(
+            f"no state owns splits {unowned}; using their lockstep counts. Pass the "
+            "state of every rank of the old run for an exact resume",
+            UnownedSplitsWarning,
+            stacklevel=3,
+        )
+    samples, positions = [], []
+    for split in range(first.num_splits):
+        if split in owned:
+            count, position = owned[split]
+        else:
+            count = max(state.samples[split] for state in parsed)
+            position = max(state.positions[split] for state in parsed)
+        samples.append(count)
+        positions.append(max(position, count))
+    merged = StreamState(
+        **{
+            **first.__dict__,
+            "samples": tuple(samples),
+            "positions": tuple(positions),
+            "owned_splits": tuple(sorted(owned)),
+        }
+    )
+    return merged.to_dict()
+
+
+def _check_lockstep(owned: dict[int, tuple[int, int]]) -> None:
+    counts = {split: pair[0] for split, pair in owned.items()}
+    distinct = sorted(set(counts.values()))
+    if len(distinct) > 1:
+        low = min(counts, key=lambda split: counts[split])
+        high = max(counts, key=lambda split: counts[split])
+        raise ValueError(
+            f"owned counts differ between states: split {low} has {counts[low]} samples "
+            f"consumed, split {high} has {counts[high]}; synchronous ranks stop at the "
+            "same step, so these states were taken at different steps. Merge states of "
+            "one step, or pass allow_lag=True to accept ranks of unequal length"
+        )

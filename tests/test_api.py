@@ -1,0 +1,67 @@
+"""The public API: exports, drop-in keywords, docstrings, import purity."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import streaming
+from streaming import StreamingDataset
+
+PEER_KEYWORDS = {
+    "num_splits": None,
+    "shuffle": True,
+    "shuffle_seed": 0,
+    "epoch": 0,
+    "read_batch_size": 64,
+    "io_queue_depth": 4,
+    "prefetch_batches": None,
+    "columns": None,
+    "shuffle_clump_size": None,
+    "filter": None,
+    "transform": None,
+    "transform_parallelism": None,
+    "transform_queue_depth": None,
+    "pack_sequences": None,
+    "eos_id": None,
+    "pad_id": None,
+    "blocks_per_epoch": None,
+    "on_transform_error": "raise",
+    "connection_factory": None,
+    "worker_info_override": None,
+}
+
+
+def test_all_is_sorted_and_complete():
+    assert streaming.__all__ == sorted(streaming.__all__)
+    assert sorted(streaming._HOMES) == streaming.__all__
+    for name in streaming.__all__:
+        assert getattr(streaming, name).__doc__, f"{name} has no docstring"
+
+
+def test_constructor_takes_the_peers_keywords_with_the_same_defaults():
+    parameters = inspect.signature(StreamingDataset.__init__).parameters
+    for name, default in PEER_KEYWORDS.items():
+        assert name in parameters, name
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert parameters[name].default == default, name
+    # Documented difference: rank/world_size default to the process group's.
+    assert parameters["rank"].default is None and parameters["world_size"].default is None
+
+
+def test_pure_modules_import_neither_torch_nor_lance():
+    code = (
+        "import sys, streaming.plan, streaming.state;"
+        "print(sorted(m for m in ('torch', 'lance', 'lancedb') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_public_methods_are_documented():
+    for name, member in inspect.getmembers(StreamingDataset):
+        if not name.startswith("_") and callable(member):
+            assert member.__doc__, name

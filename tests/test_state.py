@@ -1,0 +1,255 @@
+"""Loud mismatches (G11) and snapshot pinning (G10) on load, and the pure validator."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from datetime import timedelta
+
+import lance
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streaming import SnapshotGoneError, StreamingDataset, TableMovedWarning
+from streaming.state import merge_states, parse_state
+
+from helpers import ids_of, json_roundtrip, live_ids, make_table, table_data, take
+
+
+def dataset(uri: str, **kwargs) -> StreamingDataset:
+    kwargs.setdefault("block_rows", 4)
+    kwargs.setdefault("shuffle_buffer_size", 48)
+    kwargs.setdefault("num_splits", 2)
+    return StreamingDataset(uri, **kwargs)
+
+
+@pytest.fixture
+def saved(small_uri):
+    data = dataset(small_uri)
+    take(iter(data), 10)
+    return json_roundtrip(data.state_dict())
+
+
+MISMATCHES = [
+    ({"num_splits": 4}, "num_splits=2 but this dataset has num_splits=4"),
+    ({"shuffle_seed": 3}, "shuffle_seed=0 but this dataset has shuffle_seed=3"),
+    ({"shuffle": False}, "shuffle=True but this dataset has shuffle=False"),
+    ({"filter": "label > 2"}, "filter=None but this dataset has filter='label > 2'"),
+    (
+        {"columns": ["id"]},
+        "columns=\\['id', 'label', 'vec', 'text'\\] but this dataset has columns=\\['id'\\]",
+    ),
+    ({"block_rows": 8}, "plan.block_rows=4 but this dataset has plan.block_rows=8"),
+    ({"shuffle_buffer_size": 480}, "plan.window_rows=24 but this dataset has plan.window_rows=240"),
+    ({"shuffle_clump_size": 2}, "plan.clump_rows=1 but this dataset has plan.clump_rows=2"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), MISMATCHES)
+def test_plan_mismatch_is_refused_and_leaves_the_dataset_unchanged(small_uri, saved, change, message):
+    data = dataset(small_uri, **change)
+    before = (data.state_dict(), len(data), data.epoch)
+    with pytest.raises(ValueError, match=message) as error:
+        data.load_state_dict(saved)
+    assert "to resume it" in str(error.value)
+    assert (data.state_dict(), len(data), data.epoch) == before
+
+
+def broken(state, path, value):
+    state = copy.deepcopy(state)
+    target = state
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return state
+
+
+MALFORMED = [
+    (("format_version",), 99, "format_version=99 but this release reads format_version=1"),
+    (("epoch",), KeyError, "missing 'epoch'"),
+    (("plan", "block_rows"), KeyError, "missing 'plan.block_rows'"),
+    (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'"),
+    (("shuffle",), 1, "'shuffle' must be a bool"),
+    (("samples_consumed_per_split",), [1], "has 1 entries but num_splits=2"),
+    (("samples_consumed_per_split",), [-1, 0], "list of non-negative integers"),
+    (("positions_consumed_per_split",), [5, 999], r"positions_consumed_per_split\[1\]=999 but splits"),
+    (("positions_consumed_per_split",), [0, 0], "below samples_consumed_per_split"),
+    (("owned_splits",), [0, 7], "distinct splits in \\[0, 2\\)"),
+    (("table",), "somewhere", "'table' must be a dict"),
+    (("table", "version"), 1.5, "'table.version' must be a positive integer"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), MALFORMED)
+def test_malformed_state_is_refused(small_uri, saved, path, value, message):
+    data = dataset(small_uri)
+    with pytest.raises(ValueError, match=message):
+        data.load_state_dict(broken(saved, path, value))
+    assert data.state_dict()["samples_consumed_per_split"] == [0, 0]
+
+
+def test_peer_checkpoint_is_refused(small_uri):
+    peer = {
+        "shuffle_seed": 0,
+        "num_splits": 2,
+        "epoch": 0,
+        "samples_consumed_per_split": [3, 3],
+        "positions_consumed_per_split": [3, 3],
+    }
+    with pytest.raises(ValueError, match="comes from another plan"):
+        dataset(small_uri).load_state_dict(peer)
+    with pytest.raises(ValueError, match="comes from another plan"):
+        StreamingDataset.merge_state_dicts([peer])
+
+
+def test_load_during_iteration_is_refused(small_uri, saved):
+    data = dataset(small_uri)
+    iterator = iter(data)
+    next(iterator)
+    with pytest.raises(RuntimeError, match="cannot load_state_dict while an iterator"):
+        data.load_state_dict(saved)
+    iterator.close()
+    data.load_state_dict(saved)
+
+
+def test_epoch_and_counts_are_adopted(small_uri):
+    old = dataset(small_uri, epoch=5)
+    take(iter(old), 6)
+    fresh = dataset(small_uri, epoch=0)
+    fresh.load_state_dict(old.state_dict())
+    assert fresh.epoch == 5 and fresh.state_dict()["samples_consumed_per_split"] == [3, 3]
+
+
+def test_pinned_snapshot_survives_append_delete_compact_and_new_columns(tmp_path):
+    """G10: a checkpoint resumes on its version whatever happened to the table since."""
+    uri = make_table(tmp_path / "t.lance", [30, 30, 30], deleted=[5, 6])
+    first = dataset(uri, num_splits=3)
+    head = take(iter(first), 12)
+    state = json_roundtrip(first.state_dict())
+    version = first.version
+    expected = ids_of(dataset(uri, num_splits=3, version=version))
+
+    lance.write_dataset(table_data(90, 40), uri, mode="append")
+    lance.dataset(uri).delete("id < 20")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)
+    lance.dataset(uri).add_columns({"extra": "id * 2"})
+
+    resumed = dataset(uri, num_splits=3)  # built on the newest version, every column
+    assert resumed.version > version
+    resumed.load_state_dict(state)
+    assert resumed.version == version
+    assert head + ids_of(resumed) == expected
+    assert set(expected) <= live_ids(uri, version=version)
+
+
+def test_cleaned_up_version_is_a_clear_error(tmp_path):
+    uri = make_table(tmp_path / "t.lance", [20, 20])
+    first = dataset(uri)
+    state = json_roundtrip(first.state_dict())
+    lance.write_dataset(table_data(40, 10), uri, mode="append")
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
+    data = dataset(uri)
+    with pytest.raises(
+        SnapshotGoneError, match=rf"version {first.version} of table .* no longer exists.*tags"
+    ):
+        data.load_state_dict(state)
+    assert data.state_dict()["table"]["version"] == data.version != first.version
+
+
+def test_other_uri_only_warns(tmp_path):
+    one = make_table(tmp_path / "a.lance", [25, 25])
+    two = make_table(tmp_path / "b.lance", [25, 25])
+    first = dataset(one)
+    take(iter(first), 4)
+    copy_ = dataset(two)
+    with pytest.warns(TableMovedWarning, match="a.lance"):
+        copy_.load_state_dict(json_roundtrip(first.state_dict()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TableMovedWarning)
+        state_two = copy_.state_dict()
+        assert state_two["samples_consumed_per_split"] == [2, 2]
+
+
+# ---- the pure validator and merge, without Lance ---------------------------------
+
+BASE = {
+    "format_version": 1,
+    "num_splits": 4,
+    "shuffle": True,
+    "shuffle_seed": 1,
+    "epoch": 0,
+    "plan": {"block_rows": 4, "window_rows": 8, "clump_rows": 1, "plan_format": 1},
+    "samples_consumed_per_split": [2, 2, 2, 2],
+    "positions_consumed_per_split": [2, 2, 2, 2],
+    "owned_splits": [0, 2],
+    "table": {"uri": "/t", "version": 3},
+    "filter": None,
+    "columns": ["id"],
+}
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_damaged_state_is_refused_with_value_error(data):
+    """Never a crash, never silent acceptance: a damaged field gives ValueError."""
+    state = copy.deepcopy(BASE)
+    key = data.draw(st.sampled_from(sorted(BASE)))
+    value = data.draw(json_values)
+    state[key] = value
+    try:
+        parsed = parse_state(state)
+    except ValueError:
+        return
+    # Accepted: only if the damage still forms a valid state.
+    assert parsed.to_dict()[key] == (value if key != "owned_splits" else sorted(value))
+
+
+def test_merge_refuses_different_plans_epochs_and_disagreeing_owners():
+    other = copy.deepcopy(BASE)
+    other["owned_splits"] = [1, 3]
+    assert merge_states([BASE, other])["owned_splits"] == [0, 1, 2, 3]
+    for key, value, message in [
+        ("shuffle_seed", 2, "different plans"),
+        ("epoch", 1, "state 0 has epoch=0 but state 1 has epoch=1"),
+        ("table", {"uri": "/t", "version": 4}, "version=3 but state 1 has version=4"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            merge_states([BASE, {**other, key: value}])
+    disagree = {
+        **other,
+        "owned_splits": [0],
+        "samples_consumed_per_split": [3, 2, 2, 2],
+        "positions_consumed_per_split": [3, 2, 2, 2],
+    }
+    with pytest.raises(ValueError, match="two states own split 0"):
+        merge_states([BASE, disagree])
+    with pytest.raises(ValueError, match="at least one state"):
+        merge_states([])
+
+
+def test_merge_takes_counts_from_owners():
+    one = {
+        **copy.deepcopy(BASE),
+        "samples_consumed_per_split": [5, 9, 5, 9],
+        "positions_consumed_per_split": [5, 9, 5, 9],
+    }
+    two = {
+        **copy.deepcopy(BASE),
+        "owned_splits": [1, 3],
+        "samples_consumed_per_split": [0, 5, 0, 5],
+        "positions_consumed_per_split": [0, 5, 0, 5],
+    }
+    merged = merge_states([one, two])
+    assert merged["samples_consumed_per_split"] == [5, 5, 5, 5]
+    assert np.array_equal(merged["positions_consumed_per_split"], [5, 5, 5, 5])
