@@ -1,0 +1,7 @@
+"""``python -m streaming``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""The README's main job runs in fresh processes and proves exactly-once delivery."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_demo_resumes_on_another_world_size_exactly(tmp_path):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streaming",
+            "demo",
+            "--workdir",
+            str(tmp_path),
+            "--world-size",
+            "4",
+            "--resume-world-size",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "duplicates: 0, missing: 0, rows from after the checkpoint: 0" in result.stdout
+    assert "OK: every planned sample was delivered exactly once" in result.stdout
+
+
+def test_cli_usage_error_exits_2():
+    result = subprocess.run(
+        [sys.executable, "-m", "streaming", "frobnicate"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2
+    assert "invalid choice" in result.stderr
