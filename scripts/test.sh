@@ -3,7 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(bash scripts/setup.sh)
-"$py" -m ruff check streaming tests benchmarks
-"$py" -m ruff format --check streaming tests benchmarks
+paths=(streaming tests)
+[ -d benchmarks ] && [ -n "$(ls benchmarks/*.py 2>/dev/null)" ] && paths+=(benchmarks)
+"$py" -m ruff check "${paths[@]}"
+"$py" -m ruff format --check "${paths[@]}"
 "$py" -m mypy streaming
 "$py" -m pytest -q "$@"
