@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
     from .errors import EpochCompleteWarning, StreamingWarning, TableMovedWarning, UnownedSplitsWarning
+    from .loader import StreamingDataLoader
     from .source import SnapshotGoneError
 
 __all__ = [
     "EpochCompleteWarning",
     "SnapshotGoneError",
+    "StreamingDataLoader",
     "StreamingDataset",
     "StreamingWarning",
     "TableMovedWarning",
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "EpochCompleteWarning": ".errors",
     "SnapshotGoneError": ".source",
+    "StreamingDataLoader": ".loader",
     "StreamingDataset": ".dataset",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",

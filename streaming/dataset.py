@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import source
+from . import commit, source
 from .errors import EpochCompleteWarning
 from .iterate import Progress, is_running, iterate_cycles
 from .options import (
@@ -23,36 +24,7 @@ from .options import (
 from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
 from .reader import WindowSource
 from .state import StreamState, check_compatible, merge_states, parse_state
-
-
-def _topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Fill in rank/world_size from an initialised process group, else 0/1."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return (
-            dist.get_rank() if rank is None else rank,
-            dist.get_world_size() if world_size is None else world_size,
-        )
-    return (0 if rank is None else rank, 1 if world_size is None else world_size)
-
-
-def _draw_seed(world_size: int) -> int:
-    """One fresh seed, the same on every rank (rank 0's, broadcast)."""
-    import torch.distributed as dist
-
-    seed = int.from_bytes(os.urandom(8), "little") >> 12  # 52 bits: exact in any JSON reader
-    if dist.is_available() and dist.is_initialized():
-        box: list[Any] = [seed]
-        dist.broadcast_object_list(box, src=0)
-        return int(box[0])
-    if world_size > 1:
-        raise ValueError(
-            f"shuffle_seed=None with world_size={world_size} needs an initialised "
-            "torch.distributed process group to share one seed between ranks; pass the "
-            "same integer shuffle_seed on every rank, or call init_process_group first"
-        )
-    return seed
+from .topology import draw_seed, topology
 
 
 class StreamingDataset(IterableDataset[Any]):
@@ -142,9 +114,9 @@ class StreamingDataset(IterableDataset[Any]):
         block_rows: int = DEFAULT_BLOCK_ROWS,
         shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
     ) -> None:
-        rank, world_size = _topology(rank, world_size)
+        rank, world_size = topology(rank, world_size)
         if shuffle_seed is None and isinstance(world_size, int):
-            shuffle_seed = _draw_seed(world_size)
+            shuffle_seed = draw_seed(world_size)
         settings = dict(locals())
         deferred = {
             name: settings[name]
@@ -155,6 +127,9 @@ class StreamingDataset(IterableDataset[Any]):
         self._options = check_options(values, deferred)
         self._rank_splits = rank_splits(self._options.num_splits, rank=rank, world_size=world_size)
         self._worker_info_override = worker_info_override
+        self._token = uuid.uuid4().hex  # pairs this object with its copies in worker processes
+        self._shipped = False  # pickled for worker processes of a plain DataLoader
+        self._loader_iterator: weakref.ref[Any] | None = None
         self._snapshot, handle = source.resolve(
             table,
             version=version,
@@ -276,16 +251,20 @@ class StreamingDataset(IterableDataset[Any]):
 
     # -- iteration ------------------------------------------------------------
 
-    def _iterator_splits(self) -> list[int]:
+    def _worker(self) -> tuple[int, int]:
+        """(worker id, number of workers) of the process iterating this dataset."""
         info = self._worker_info_override
         if info is None:
             info = get_worker_info()
             if info is not None:
                 source.check_fork_safety()
-        if info is None or info.num_workers <= 1:
+        return (0, 1) if info is None else (int(info.id), int(info.num_workers))
+
+    def _iterator_splits(self, worker: int, num_workers: int) -> list[int]:
+        if num_workers <= 1:
             return list(self._rank_splits)
         return worker_splits(
-            self._rank_splits, worker=info.id, num_workers=info.num_workers, world_size=self.world_size
+            self._rank_splits, worker=worker, num_workers=num_workers, world_size=self.world_size
         )
 
     def __iter__(self) -> Iterator[Any]:
@@ -297,7 +276,9 @@ class StreamingDataset(IterableDataset[Any]):
         if is_running(self._active):
             assert self._active is not None
             self._active.close()
-        splits = self._iterator_splits()
+        worker, num_workers = self._worker()
+        splits = self._iterator_splits(worker, num_workers)
+        commit.register(self._token, self._progress, splits, worker)
         if all(self._progress.positions[split] >= self._plan.split_length for split in splits):
             warnings.warn(
                 f"epoch {self._epoch} was already fully delivered, so this iterator yields "
@@ -318,8 +299,13 @@ class StreamingDataset(IterableDataset[Any]):
         )
         return self._active
 
+    def _attach(self, loader_iterator: Any) -> None:
+        """Remember the StreamingDataLoader iterator whose workers read this dataset."""
+        self._loader_iterator = weakref.ref(loader_iterator)
+
     def _require_idle(self, action: str) -> None:
-        if is_running(self._active):
+        loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
+        if is_running(self._active) or (loader_iterator is not None and loader_iterator.active):
             raise RuntimeError(
                 f"cannot {action} while an iterator of this dataset is active; finish or "
                 "close the iterator (or the DataLoader loop) first"
@@ -369,8 +355,27 @@ class StreamingDataset(IterableDataset[Any]):
         stands if all ranks advance in lockstep, so one rank's state resumes a
         synchronous job on the same topology. Never contains credentials.
         """
+        if self._shipped:
+            raise RuntimeError(
+                "this dataset was sent to the worker processes of a plain DataLoader, whose "
+                "progress never reaches this process, so its state would be wrong; iterate it "
+                "with streaming.StreamingDataLoader, which commits each batch as it is returned"
+            )
         progress, length = self._progress, self._plan.split_length
         owned = self._rank_splits
+        advances = {
+            progress.samples[split] - progress.start[split]
+            for split in owned
+            if progress.samples[split] < length
+        }
+        if len(advances) > 1:
+            raise RuntimeError(
+                "the splits of this rank have advanced unequally since this run started "
+                f"(by {sorted(advances)} samples): the state is between logical steps of the "
+                "DataLoader workers; consume more batches (one from every worker) and call "
+                "state_dict() again, or use StreamingDataLoader.state_dict(), which returns the "
+                "last logical step boundary"
+            )
         advance = min(progress.samples[split] - progress.start[split] for split in owned)
         samples, positions = list(progress.samples), list(progress.positions)
         for split in range(self.num_splits):
@@ -406,6 +411,20 @@ class StreamingDataset(IterableDataset[Any]):
             raise
         self._epoch = saved.epoch
         self._progress.reset(saved.samples, saved.positions)
+
+    def _commit(self, snapshot: commit.Snapshot) -> None:
+        """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""
+        self._progress.apply(snapshot.splits, snapshot.samples, snapshot.positions)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle for a worker process: settings, snapshot and position, no handles."""
+        state = dict(self.__dict__)
+        state["_active"] = None
+        state["_loader_iterator"] = None
+        if not commit.shipping_for_loader(self._token):
+            self._shipped = True
+        state["_shipped"] = False
+        return state
 
     @staticmethod
     def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:

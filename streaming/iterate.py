@@ -49,6 +49,16 @@ class Progress:
         """Plan positions passed per split."""
         return self._folded(self._positions)
 
+    def apply(self, splits: Sequence[int], samples: Sequence[int], positions: Sequence[int]) -> None:
+        """Overwrite the counts of ``splits`` (a worker's snapshot, committed).
+
+        Only for the trainer's copy, which no iterator of this process advances.
+        """
+        assert not self._segment, "apply() while an iterator of this process advances the counts"
+        for split, count, position in zip(splits, samples, positions):
+            self._samples[split] = count
+            self._positions[split] = position
+
     def begin(self, splits: Sequence[int]) -> None:
         """Start a segment in which ``splits`` advance one per completed cycle."""
         self.fold()

@@ -1,0 +1,244 @@
+"""``StreamingDataLoader``: a DataLoader whose checkpoints count what the trainer received."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, default_collate
+from torch.utils.data.dataloader import _InfiniteConstantSampler
+
+from . import commit
+from .dataset import StreamingDataset
+from .plan import worker_splits
+
+_SAFE_METHODS = ("forkserver", "spawn")
+
+
+def _start_method(context: Any) -> Any:
+    """The multiprocessing context to use: never fork (Lance is not fork-safe)."""
+    if context is None:
+        available = multiprocessing.get_all_start_methods()
+        return multiprocessing.get_context("forkserver" if "forkserver" in available else "spawn")
+    name = context if isinstance(context, str) else context.get_start_method()
+    if name == "fork":
+        raise ValueError(
+            "multiprocessing_context='fork' is refused: a worker forked from a process that "
+            "has used Lance can hang or crash; use one of "
+            f"{', '.join(repr(m) for m in _SAFE_METHODS)} (or leave it unset for the default)"
+        )
+    return context
+
+
+class _EpochSampler(_InfiniteConstantSampler):
+    """The sampler of an IterableDataset loader, with ``set_epoch`` (for Lightning)."""
+
+    def __init__(self, dataset: StreamingDataset) -> None:
+        super().__init__()
+        self._dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to ``StreamingDataset.set_epoch``."""
+        self._dataset.set_epoch(epoch)
+
+
+def _check_dataset(dataset: object) -> StreamingDataset:
+    if not isinstance(dataset, StreamingDataset):
+        raise TypeError(
+            f"StreamingDataLoader needs a streaming.StreamingDataset, got {type(dataset).__name__}; "
+            "use torch.utils.data.DataLoader for other datasets"
+        )
+    if type(dataset).__iter__ is not StreamingDataset.__iter__:
+        raise TypeError(
+            f"{type(dataset).__name__} overrides __iter__, so StreamingDataLoader cannot know "
+            "which samples reached the trainer; transform samples with transform= or "
+            "collate_fn= instead of overriding __iter__"
+        )
+    return dataset
+
+
+def _check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool) -> None:
+    refusals = (
+        (not in_order, "in_order=False", "batches must reach the trainer in the order they were planned"),
+        (persistent_workers, "persistent_workers=True", "workers must restart from the committed position"),
+        (drop_last, "drop_last=True", "a dropped batch would count as delivered"),
+    )
+    for refused, setting, reason in refusals:
+        if refused:
+            raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
+
+
+def _check_picklable(transform: Callable[..., Any] | None) -> None:
+    if transform is None:
+        return
+    try:
+        pickle.dumps(transform)
+    except Exception as error:
+        name = getattr(transform, "__qualname__", type(transform).__qualname__)
+        module = getattr(transform, "__module__", "?")
+        raise TypeError(
+            f"transform {module}.{name} cannot be pickled for worker processes ({error}); "
+            "define it at module level (not a lambda or a nested function) or use num_workers=0"
+        ) from None
+
+
+class StreamingDataLoader(DataLoader[Any]):
+    """A ``DataLoader`` for ``StreamingDataset`` whose state is consumer-committed.
+
+    Every worker batch travels with a snapshot of its worker's progress, committed
+    to the dataset only when ``next()`` returns the batch to the trainer, so
+    prefetched batches never move the saved position. Takes the arguments of
+    ``torch.utils.data.DataLoader`` and yields the same collated batches.
+
+    Worker w of k owns the rank's splits at positions w, w + k, ...; the rank's
+    split count must be a multiple of ``num_workers``. Without a
+    ``multiprocessing_context`` workers start with forkserver (else spawn); fork is
+    refused because Lance is not fork-safe.
+
+    Raises:
+        TypeError: ``dataset`` is not a ``StreamingDataset`` or overrides
+            ``__iter__``.
+        ValueError: ``in_order=False``, ``persistent_workers=True``,
+            ``drop_last=True``, a fork context, or a worker count that does not
+            divide the rank's splits.
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        dataset = _check_dataset(dataset)
+        _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
+        if num_workers > 0:
+            multiprocessing_context = _start_method(multiprocessing_context)
+            worker_splits(
+                dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
+            )
+        super().__init__(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            collate_fn=commit.CommittingCollate(collate_fn or default_collate, dataset._token),
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+        object.__setattr__(self, "sampler", _EpochSampler(dataset))
+        self._streaming = dataset
+        self._boundary_state: dict[str, Any] | None = None
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        """Yield batches; each one's progress is committed as it is returned."""
+        dataset = self._streaming
+        if self.num_workers > 0:
+            _check_picklable(dataset._options.transform)
+        with commit.shipping(dataset._token):
+            batches = super().__iter__()
+        self._boundary_state = self._try_state()
+        return _Committing(batches, self)
+
+    def _after_commit(self) -> None:
+        state = self._try_state()
+        if state is not None:
+            self._boundary_state = state
+
+    def _try_state(self) -> dict[str, Any] | None:
+        try:
+            return self._streaming.state_dict()
+        except RuntimeError:
+            return None
+
+    def __len__(self) -> int:
+        """Batches the next iteration yields, counting every worker's short last batch."""
+        dataset, batch_size = self._streaming, self.batch_size or 1
+        workers = max(1, self.num_workers)
+        length, positions = dataset.split_length, dataset._progress.positions
+        total = 0
+        for worker in range(workers):
+            splits = worker_splits(
+                dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
+            )
+            total += -(-sum(length - positions[split] for split in splits) // batch_size)
+        return total
+
+    def state_dict(self, *, strict: bool = False) -> dict[str, Any]:
+        """The dataset state at the last logical step boundary (or now, with ``strict``).
+
+        With k > 1 workers, the state between boundaries is not a consistent cut;
+        the last boundary's state replays at most k - 1 batches after a resume.
+
+        Raises:
+            RuntimeError: ``strict=True`` between logical step boundaries.
+        """
+        if strict or self._boundary_state is None:
+            return self._streaming.state_dict()
+        return self._boundary_state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Forward to ``StreamingDataset.load_state_dict``."""
+        self._streaming.load_state_dict(state)
+        self._boundary_state = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to ``StreamingDataset.set_epoch``."""
+        self._streaming.set_epoch(epoch)
+        self._boundary_state = None
+
+
+class _Committing(Iterator[Any]):
+    """Unwraps each batch and commits its worker's snapshot on the way out."""
+
+    def __init__(self, batches: Iterator[Any], loader: StreamingDataLoader) -> None:
+        self._batches: Iterator[Any] | None = batches
+        self._loader = loader
+        loader._streaming._attach(self)
+
+    @property
+    def active(self) -> bool:
+        """True until the batches are exhausted or failed."""
+        return self._batches is not None
+
+    def __next__(self) -> Any:
+        if self._batches is None:
+            raise StopIteration
+        try:
+            item = next(self._batches)
+        except BaseException:
+            self._batches = None  # the base iterator shuts its workers down
+            raise
+        if item.snapshot is not None:
+            self._loader._streaming._commit(item.snapshot)
+        self._loader._after_commit()
+        return item.batch
+
+    def __len__(self) -> int:
+        return len(self._loader)

@@ -1,0 +1,281 @@
+"""StreamingDataLoader with real worker processes (G6, G9): consumer-committed state."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from streaming import StreamingDataLoader, StreamingDataset
+
+from helpers import ids_of, json_roundtrip, make_table
+
+NUM_SPLITS = 6
+BATCH = 6  # two cycles of a worker owning 3 splits, three of one owning 2
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("loader") / "t.lance"
+    return make_table(path, [40, 33, 50, 30], deleted=[7, 8, 90])
+
+
+def dataset(uri: str, **kwargs) -> StreamingDataset:
+    kwargs.setdefault("num_splits", NUM_SPLITS)
+    kwargs.setdefault("block_rows", 4)
+    kwargs.setdefault("shuffle_buffer_size", 48)
+    return StreamingDataset(uri, **kwargs)
+
+
+def loader(data: StreamingDataset, workers: int, **kwargs) -> StreamingDataLoader:
+    kwargs.setdefault("batch_size", BATCH)
+    if workers:
+        kwargs.setdefault("timeout", 120)
+    return StreamingDataLoader(data, num_workers=workers, **kwargs)
+
+
+def batch_ids(batches) -> list[list[int]]:
+    return [batch["id"].tolist() for batch in batches]
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
+def stop_and_resume(uri: str, *, workers: int, stop_after: int, resume_workers: int, context=None) -> tuple:
+    """Take ``stop_after`` batches, save loader.state_dict(), resume in fresh objects."""
+    first = dataset(uri)
+    iterator = iter(loader(first, workers, multiprocessing_context=context))
+    before = batch_ids(next(iterator) for _ in range(stop_after))
+    state = json_roundtrip(iterator._loader.state_dict())
+    del iterator
+    resumed = dataset(uri)
+    resumed.load_state_dict(state)
+    after = batch_ids(loader(resumed, resume_workers, multiprocessing_context=context))
+    return before, after, state
+
+
+def planned(uri: str) -> list[int]:
+    return ids_of(dataset(uri))
+
+
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_two_workers_resume_exactly_at_every_boundary(uri, context):
+    """k=2 with the default start method and spawn: stop after j batches, resume."""
+    reference = batch_ids(loader(dataset(uri), 2, multiprocessing_context=context))
+    assert sorted(flat(reference)) == sorted(planned(uri))
+    for stop_after in (0, 2, 4, 7):
+        before, after, _ = stop_and_resume(
+            uri, workers=2, stop_after=stop_after, resume_workers=2, context=context
+        )
+        boundary = stop_after - stop_after % 2
+        assert before == reference[:stop_after]
+        assert before[:boundary] + after == reference, f"stopped after {stop_after} batches"
+
+
+@pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2), (2, 3), (3, 2)])
+def test_worker_count_changes_on_resume(uri, old, new):
+    before, after, _ = stop_and_resume(uri, workers=old, stop_after=2 * old, resume_workers=new)
+    delivered = flat(before) + flat(after)
+    assert Counter(delivered) == Counter(planned(uri)), f"{old} -> {new} workers"
+
+
+def test_mid_step_state_replays_at_most_k_minus_one_batches(uri):
+    before, after, _ = stop_and_resume(uri, workers=3, stop_after=5, resume_workers=3)
+    counts = Counter(flat(before) + flat(after))
+    assert set(counts) == set(planned(uri))
+    replayed = [i for i, n in counts.items() if n > 1]
+    assert all(n <= 2 for n in counts.values())
+    assert sorted(replayed) == sorted(flat(before[3:5])), "exactly the batches after the boundary come again"
+
+
+def test_dataset_state_mid_step_raises_and_strict_raises(uri):
+    data = dataset(uri)
+    iterator = iter(loader(data, 2))
+    next(iterator)
+    with pytest.raises(RuntimeError, match="consume more batches"):
+        data.state_dict()
+    with pytest.raises(RuntimeError, match="consume more batches"):
+        iterator._loader.state_dict(strict=True)
+    assert iterator._loader.state_dict()["samples_consumed_per_split"] == [0] * NUM_SPLITS
+    next(iterator)
+    assert data.state_dict()["samples_consumed_per_split"] == [2] * NUM_SPLITS
+    assert iterator._loader.state_dict(strict=True) == data.state_dict()
+
+
+def test_prefetched_batches_do_not_move_the_state(uri):
+    data = dataset(uri)
+    iterator = iter(loader(data, 2, prefetch_factor=4))
+    next(iterator)
+    next(iterator)
+    # Workers have produced several more batches by now; only two reached us.
+    assert data.state_dict()["samples_consumed_per_split"] == [2] * NUM_SPLITS
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_len_matches_the_batches_yielded(uri, workers):
+    data = dataset(uri, num_splits=NUM_SPLITS)
+    batches = loader(data, workers, batch_size=4)
+    expected = len(batches)
+    assert expected == len(batch_ids(batches))
+    resumed = dataset(uri)
+    first = iter(loader(resumed, workers, batch_size=4))
+    for _ in range(max(workers, 1) * 2):
+        next(first)
+    state = first._loader.state_dict()
+    del first
+    again = dataset(uri)
+    again.load_state_dict(state)
+    rest = loader(again, workers, batch_size=4)
+    assert len(rest) == len(batch_ids(rest))
+
+
+def test_no_workers_gives_the_batches_of_a_plain_dataloader(uri):
+    ours = list(loader(dataset(uri), 0, batch_size=5))
+    plain = list(DataLoader(dataset(uri), batch_size=5))
+    assert len(ours) == len(plain)
+    for mine, theirs in zip(ours, plain):
+        assert mine.keys() == theirs.keys()
+        for key in mine:
+            if isinstance(mine[key], torch.Tensor):
+                assert torch.equal(mine[key], theirs[key]), key
+            else:
+                assert mine[key] == theirs[key], key
+
+
+def test_set_epoch_forwards(uri):
+    data = dataset(uri)
+    batches = loader(data, 0)
+    batches.set_epoch(2)
+    assert data.epoch == 2
+    batches.sampler.set_epoch(3)
+    assert data.epoch == 3
+    iterator = iter(loader(data, 2))
+    next(iterator)
+    with pytest.raises(RuntimeError, match="iterator of this dataset is active"):
+        data.set_epoch(4)
+    data.set_epoch(3)  # the current epoch: a no-op, also while iterating
+    del iterator
+
+
+class Overriding(StreamingDataset):
+    def __iter__(self):
+        yield from super().__iter__()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"in_order": False}, ValueError, "in_order=False"),
+        ({"persistent_workers": True, "num_workers": 1}, ValueError, "persistent_workers=True"),
+        ({"drop_last": True}, ValueError, "drop_last=True"),
+        ({"multiprocessing_context": "fork", "num_workers": 2}, ValueError, "'forkserver', 'spawn'"),
+        ({"num_workers": 4}, ValueError, r"num_splits=6 .* world_size=1 .* num_workers=4"),
+    ],
+)
+def test_refused_settings(uri, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        StreamingDataLoader(dataset(uri), **kwargs)
+
+
+def test_refused_datasets(uri):
+    with pytest.raises(TypeError, match=r"needs a streaming\.StreamingDataset, got list"):
+        StreamingDataLoader([1, 2, 3])
+    with pytest.raises(TypeError, match="Overriding overrides __iter__"):
+        StreamingDataLoader(Overriding(uri, num_splits=2))
+
+
+def test_fork_context_object_is_refused(uri):
+    with pytest.raises(ValueError, match="fork"):
+        StreamingDataLoader(
+            dataset(uri), num_workers=2, multiprocessing_context=multiprocessing.get_context("fork")
+        )
+
+
+def test_unpicklable_transform_is_named_before_workers_start(uri):
+    data = dataset(uri, transform=lambda batch: batch.to_pylist())
+    with pytest.raises(
+        TypeError, match=r"transform test_loader\.test_unpicklable.*<lambda> cannot be pickled"
+    ):
+        iter(loader(data, 2))
+    assert multiprocessing.active_children() == []
+
+
+class FailOn:
+    """A picklable transform that raises on one id, as a bad row would."""
+
+    def __init__(self, bad_id: int) -> None:
+        self.bad_id = bad_id
+
+    def __call__(self, batch: pa.RecordBatch):
+        rows = batch.to_pylist()
+        if any(row["id"] == self.bad_id for row in rows):
+            raise KeyError(f"cannot handle row {self.bad_id}")
+        return rows
+
+
+def plain_transform(batch: pa.RecordBatch):
+    return batch.to_pylist()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_worker_error_reaches_the_trainer_and_the_checkpoint_resumes(uri, workers):
+    order = flat(batch_ids(loader(dataset(uri), workers)))
+    bad_id = order[int(len(order) * 0.8)]  # late enough that batches come before it
+    data = dataset(uri, transform=FailOn(bad_id), read_batch_size=1)
+    batches = loader(data, workers)
+    seen: list[list[int]] = []
+    states = []
+    with pytest.raises(KeyError, match=f"cannot handle row {bad_id}"):
+        for batch in batches:
+            seen.append([int(i) for i in batch["id"]])
+            states.append(batches.state_dict())
+    assert states, "the failure came before any batch"
+    assert data.state_dict() == states[-1]
+    resumed = dataset(uri, transform=plain_transform, read_batch_size=1)
+    resumed.load_state_dict(json_roundtrip(states[-1]))
+    rest = [int(i) for batch in loader(resumed, workers) for i in batch["id"]]
+    committed = len(seen) - len(seen) % max(workers, 1)
+    assert Counter(flat(seen[:committed]) + rest) == Counter(planned(uri))
+
+
+def test_plain_dataloader_with_workers_makes_state_dict_raise(uri):
+    data = dataset(uri)
+    ids = [
+        i
+        for batch in DataLoader(
+            data, batch_size=6, num_workers=2, multiprocessing_context="spawn", timeout=120
+        )
+        for i in batch["id"].tolist()
+    ]
+    assert sorted(ids) == sorted(planned(uri))  # the workers read it all...
+    with pytest.raises(RuntimeError, match="StreamingDataLoader"):
+        data.state_dict()  # ...but this process cannot know that
+
+
+def test_plain_dataloader_forking_after_lance_use_fails_clearly(uri):
+    data = dataset(uri)
+    next(iter(data))  # this process has used Lance
+    forked = DataLoader(data, batch_size=6, num_workers=1, multiprocessing_context="fork", timeout=120)
+    with pytest.raises(RuntimeError, match="forked from a process that had already used Lance"):
+        next(iter(forked))
+
+
+@pytest.mark.parametrize("finish", ["closed", "exhausted"])
+def test_no_worker_processes_leak(uri, finish):
+    iterator = iter(loader(dataset(uri), 2))
+    next(iterator)
+    workers = list(iterator._batches._workers)  # the real worker processes
+    assert len(workers) == 2 and all(worker.is_alive() for worker in workers)
+    if finish == "exhausted":
+        list(iterator)
+    del iterator
+    gc.collect()
+    for worker in workers:
+        worker.join(timeout=30)
+        assert not worker.is_alive(), f"worker {worker.pid} outlived its iterator"
