@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
+    from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import EpochCompleteWarning, StreamingWarning, TableMovedWarning, UnownedSplitsWarning
     from .loader import StreamingDataLoader
     from .source import SnapshotGoneError
@@ -23,6 +24,9 @@ __all__ = [
     "StreamingWarning",
     "TableMovedWarning",
     "UnownedSplitsWarning",
+    "gather_state_dict",
+    "load_state_dict",
+    "save_state_dict",
 ]
 
 __version__ = "0.1.0"
@@ -35,6 +39,9 @@ _HOMES = {
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "UnownedSplitsWarning": ".errors",
+    "gather_state_dict": ".distributed",
+    "load_state_dict": ".distributed",
+    "save_state_dict": ".distributed",
 }
 
 

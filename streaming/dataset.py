@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 import warnings
 import weakref
@@ -10,7 +11,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import commit, source
+from . import commit, source, watchdog
 from .errors import EpochCompleteWarning
 from .iterate import Progress, is_running, iterate_cycles
 from .options import (
@@ -130,6 +131,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._token = uuid.uuid4().hex  # pairs this object with its copies in worker processes
         self._shipped = False  # pickled for worker processes of a plain DataLoader
         self._loader_iterator: weakref.ref[Any] | None = None
+        self._trainer_pid: int | None = None  # set in copies sent to worker processes
         self._snapshot, handle = source.resolve(
             table,
             version=version,
@@ -258,6 +260,7 @@ class StreamingDataset(IterableDataset[Any]):
             info = get_worker_info()
             if info is not None:
                 source.check_fork_safety()
+                watchdog.watch_trainer(self._trainer_pid)
         return (0, 1) if info is None else (int(info.id), int(info.num_workers))
 
     def _iterator_splits(self, worker: int, num_workers: int) -> list[int]:
@@ -421,6 +424,7 @@ class StreamingDataset(IterableDataset[Any]):
         state = dict(self.__dict__)
         state["_active"] = None
         state["_loader_iterator"] = None
+        state["_trainer_pid"] = os.getpid()
         if not commit.shipping_for_loader(self._token):
             self._shipped = True
         state["_shipped"] = False

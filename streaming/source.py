@@ -6,7 +6,10 @@ storage options) does, and every process opens its own handle from it, once.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,17 +164,21 @@ def fragment_rows(dataset: Any) -> tuple[list[int], list[int]]:
     return ids, rows
 
 
-@dataclass(frozen=True)
 class FilterIndex:
     """Live-row offsets of the rows matching a filter, per fragment, stored compactly.
 
     ``offsets[starts[i]:starts[i + 1]]`` are the matching live offsets of fragment
-    ``ids[i]``, ascending.
+    ``ids[i]``, ascending (4 bytes a matching row). Pickling writes the arrays to
+    a temporary folder once and sends only its path; the receiving process
+    memory-maps them instead of copying or rebuilding them. The folder is removed
+    when the process that wrote it exits.
     """
 
-    ids: np.ndarray
-    starts: np.ndarray
-    offsets: np.ndarray
+    _FIELDS = ("ids", "starts", "offsets")
+
+    def __init__(self, ids: np.ndarray, starts: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids, self.starts, self.offsets = ids, starts, offsets
+        self._folder: str | None = None
 
     def counts(self) -> list[int]:
         """Matching rows per fragment, in the order of ``ids``."""
@@ -182,6 +189,22 @@ class FilterIndex:
         index = int(np.searchsorted(self.ids, fragment_id))
         result: np.ndarray = self.offsets[self.starts[index] + planned]
         return result
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        if self._folder is None:
+            folder = tempfile.mkdtemp(prefix="lance-streaming-filter-")
+            atexit.register(shutil.rmtree, folder, True)
+            for name in self._FIELDS:
+                np.save(os.path.join(folder, f"{name}.npy"), getattr(self, name))
+            self._folder = folder
+        return (_map_filter_index, (self._folder,))
+
+
+def _map_filter_index(folder: str) -> FilterIndex:
+    arrays = [np.load(os.path.join(folder, f"{name}.npy"), mmap_mode="r") for name in FilterIndex._FIELDS]
+    index = FilterIndex(*arrays)
+    index._folder = folder
+    return index
 
 
 def build_filter_index(dataset: Any, predicate: str) -> FilterIndex:

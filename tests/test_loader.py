@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
+import pickle
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import torch
@@ -279,3 +282,17 @@ def test_no_worker_processes_leak(uri, finish):
     for worker in workers:
         worker.join(timeout=30)
         assert not worker.is_alive(), f"worker {worker.pid} outlived its iterator"
+
+
+def test_workers_receive_settings_not_handles_or_offsets(tmp_path):
+    """A worker gets URI, version, settings and position; filter offsets are memory-mapped."""
+    big = make_table(tmp_path / "big.lance", [40_000, 40_000])
+    data = StreamingDataset(big, num_splits=4, filter="label < 5")
+    payload = pickle.dumps(data)
+    assert len(payload) < 20_000, "40,000 matching offsets would take 160 kB"
+    assert b"LanceDataset" not in payload
+    copy = pickle.loads(payload)
+    assert isinstance(copy._filter_index.offsets, np.memmap)
+    iterator = iter(data)
+    head = [int(next(iterator)["id"]) for _ in range(20)]
+    assert [int(s["id"]) for s in itertools.islice(copy, 20)] == head

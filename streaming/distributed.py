@@ -1,0 +1,62 @@
+"""Helpers for ``torch.distributed`` jobs: one merged checkpoint for every rank.
+
+Built on the public API only. Both helpers work with any backend that supports
+``all_gather_object`` (gloo, nccl with the current CUDA device set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Protocol
+
+from .dataset import StreamingDataset
+
+
+class _Stateful(Protocol):
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
+    """Gather every rank's state and return the merged state, on every rank.
+
+    ``obj`` is a ``StreamingDataset`` or a ``StreamingDataLoader`` (whose state is
+    that of its last logical step boundary). Call it on every rank at the same
+    step, like any collective; rank 0 can then save the result as one file.
+
+    Raises:
+        RuntimeError: no process group is initialised.
+        ValueError: the ranks' states do not belong together (see
+            ``StreamingDataset.merge_state_dicts``).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "gather_state_dict needs an initialised torch.distributed process group; "
+            "in a single process use obj.state_dict()"
+        )
+    states: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(states, obj.state_dict(), group=group)
+    return StreamingDataset.merge_state_dicts(states)
+
+
+def save_state_dict(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """Write a (merged) state as JSON, atomically: a crash never leaves half a file."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(json.dumps(state))
+    os.replace(partial, target)
+
+
+def load_state_dict(obj: _Stateful, state: dict[str, Any] | str | os.PathLike[str]) -> None:
+    """Load a merged state (a dict or a JSON file written by ``save_state_dict``).
+
+    Every rank of the new run, with any world size or worker count, loads the same
+    merged state; each then continues with the splits it owns.
+    """
+    loaded: dict[str, Any] = state if isinstance(state, dict) else json.loads(Path(state).read_text())
+    obj.load_state_dict(loaded)

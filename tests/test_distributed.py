@@ -1,0 +1,155 @@
+"""Real torch.distributed (gloo, 127.0.0.1) jobs: topology changes, crash, two epochs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from streaming import StreamingDataset, gather_state_dict
+
+from helpers import ids_of, make_table
+
+RANK_SCRIPT = Path(__file__).with_name("dist_rank.py")
+NUM_SPLITS = 12
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    return make_table(tmp_path_factory.mktemp("dist") / "t.lance", [120, 90, 103], deleted=[5, 6, 200])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
+    """Start ``world_size`` rank processes like torchrun would; return their exit codes."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items() if value is not None]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(RANK_SCRIPT),
+                f"--uri={uri}",
+                f"--out={out}",
+                f"--rank={rank}",
+                f"--world-size={world_size}",
+                f"--port={port}",
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world_size)
+    ]
+    codes, outputs = [], []
+    try:
+        for process in processes:
+            output, _ = process.communicate(timeout=300)
+            codes.append(process.returncode)
+            outputs.append(output)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    if options.get("kill_at") is None:
+        assert codes == [0] * world_size, "\n".join(outputs)
+    return codes
+
+
+def delivered(out: Path, *, up_to_step: int | None = None) -> list[dict]:
+    records = []
+    for path in sorted(out.glob("rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if up_to_step is None or record["step"] <= up_to_step:
+                records.append(record)
+    return records
+
+
+def ids(records: list[dict], epoch: int = 0) -> list[int]:
+    return [i for record in records if record["epoch"] == epoch for i in record["ids"]]
+
+
+def planned(uri: str, seed: int, epoch: int = 0) -> Counter:
+    data = StreamingDataset(
+        uri, num_splits=NUM_SPLITS, shuffle_seed=seed, epoch=epoch, block_rows=4, shuffle_buffer_size=96
+    )
+    return Counter(ids_of(data))
+
+
+def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
+    """2x2 runs, checkpoints as JSON, exits; 4 ranks and 1 rank each resume exactly."""
+    first = tmp_path / "first"
+    launch(uri, first, 2, workers=2, batch=6, checkpoint_every=4, stop_after=8)
+    records = delivered(first)
+    seeds = {record["seed"] for record in records}
+    assert len(seeds) == 1, "shuffle_seed=None must give every rank rank 0's seed"
+    seed = seeds.pop()
+    checkpoint = first / "checkpoint.json"
+    assert json.loads(checkpoint.read_text())["step"] == 8
+    for world_size, workers, batch in ((4, 1, 3), (1, 2, 12)):
+        second = tmp_path / f"resume{world_size}"
+        launch(uri, second, world_size, workers=workers, batch=batch, resume=checkpoint)
+        counts = Counter(ids(records) + ids(delivered(second)))
+        assert counts == planned(uri, seed), f"resume on {world_size} ranks is not exactly once"
+        steps = Counter(record["step"] for record in delivered(second))
+        assert set(steps.values()) == {world_size}, "every rank must take every step"
+
+
+def test_sigkill_then_resume_from_the_last_checkpoint(uri, tmp_path):
+    """A rank is SIGKILLed mid-epoch; only what came after the checkpoint is replayed, once.
+
+    Also shows that its DataLoader workers exit with it: launch() waits for the
+    rank's output pipe, which orphaned workers would hold open forever.
+    """
+    crashed = tmp_path / "crashed"
+    kill_at = 11  # a step after the checkpoint at step 8, before the next one
+    codes = launch(uri, crashed, 2, workers=2, batch=6, seed=3, checkpoint_every=4, kill_at=kill_at)
+    assert codes[0] == -9, "rank 0 should have died from SIGKILL"
+    checkpoint = json.loads((crashed / "checkpoint.json").read_text())
+    saved_at = checkpoint["step"]
+    assert saved_at == 8
+    before = ids(delivered(crashed, up_to_step=saved_at))
+    lost_work = ids([r for r in delivered(crashed) if r["step"] > saved_at])
+    assert lost_work, "the kill should come after some uncheckpointed steps"
+    resumed = tmp_path / "resumed"
+    launch(uri, resumed, 2, workers=2, batch=6, resume=crashed / "checkpoint.json")
+    after = ids(delivered(resumed))
+    assert Counter(before + after) == planned(uri, 3)
+    assert set(lost_work) <= set(after), "samples delivered after the checkpoint are replayed"
+
+
+def test_two_epochs_checkpoint_in_the_second(uri, tmp_path):
+    first = tmp_path / "first"
+    split_length = sum(planned(uri, 9).values()) // NUM_SPLITS
+    steps_per_epoch = 2 * -(-3 * split_length // 6)  # 2 workers, 3 splits and batches of 6 each
+    stop = steps_per_epoch + 4
+    launch(uri, first, 2, workers=2, batch=6, seed=9, epochs=2, checkpoint_every=2, stop_after=stop)
+    checkpoint = json.loads((first / "checkpoint.json").read_text())
+    assert checkpoint["state"]["epoch"] == 1 and checkpoint["step"] == stop
+    records = delivered(first)
+    assert Counter(ids(records, 0)) == planned(uri, 9, 0)
+    second = tmp_path / "second"
+    launch(uri, second, 2, workers=2, batch=6, epochs=2, resume=first / "checkpoint.json")
+    assert Counter(ids(records, 1) + ids(delivered(second), 1)) == planned(uri, 9, 1)
+    assert planned(uri, 9, 0) != planned(uri, 9, 1) or ids(records, 0) != ids(records, 1)
+
+
+def test_gather_state_dict_needs_a_process_group(uri):
+    assert not dist.is_initialized()
+    with pytest.raises(RuntimeError, match=r"initialised torch\.distributed process group"):
+        gather_state_dict(StreamingDataset(uri, num_splits=NUM_SPLITS))
