@@ -15,6 +15,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--world-size", type=int, default=2, help="ranks before the checkpoint")
     demo.add_argument("--resume-world-size", type=int, default=3, help="ranks after the resume")
     demo.add_argument("--step", choices=["build", "train", "resume"], help=argparse.SUPPRESS)
+    demo.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
+    demo.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     return parser
 
 
@@ -23,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from . import demo
 
+    if args.step == "build":
+        demo.build(args.workdir)
+        return 0
     if args.step is not None:
-        demo.step(args.step, args.workdir, args.world_size)
+        demo.train(args.workdir, rank=args.rank, world_size=args.world_size, port=args.port, phase=args.step)
         return 0
     ok = demo.run(workdir=args.workdir, world_size=args.world_size, resume_world_size=args.resume_world_size)
     return 0 if ok else 1

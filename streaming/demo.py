@@ -1,26 +1,24 @@
 """The README's main job: train, checkpoint, resume on another topology, prove exactness.
 
-Three steps, each in its own fresh process:
+1. ``build``: write an embedded LanceDB table (a fresh process).
+2. ``train``: W ranks (real processes, torch.distributed with gloo on 127.0.0.1,
+   DistributedDataParallel), each with a ``StreamingDataLoader`` of 2 worker
+   processes, train part of an epoch; rank 0 saves the merged state and the model.
+   Then the table is changed: rows appended and deleted.
+3. ``resume``: W' ranks, in new processes, load the merged state, which pins the
+   checkpoint's table version, and finish the epoch.
 
-1. ``build``: write an embedded LanceDB table.
-2. ``train``: ranks 0..W-1 train a small model in lockstep; after some steps every
-   rank's state is merged and saved with the model, and the process stops.
-   Then the table is changed (rows appended and deleted).
-3. ``resume``: a new process with another world size loads the saved (merged)
-   state on every new rank, which pins the checkpoint's table version, finishes
-   the epoch, and the report checks that every planned sample was delivered
-   exactly once.
-
-Ranks run in one process here (each with its own ``StreamingDataset``), which is
-exactly what each process of a ``torch.distributed`` job would do.
+The report checks that every planned sample was delivered exactly once.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,9 @@ import numpy as np
 NUM_SPLITS = 12
 ROWS = 20_000
 FEATURES = 16
-PER_SPLIT_BATCH = 4  # m: each global step takes 4 samples of every split
+PER_SPLIT_BATCH = 8  # m: each global step takes 8 samples of every split
+WORKERS = 2
+STOP_AFTER = 40
 
 
 def build(workdir: Path) -> None:
@@ -47,70 +47,115 @@ def build(workdir: Path) -> None:
     db.open_table("demo").add(table.slice(ROWS // 2))  # two fragments
 
 
-def _ranks(workdir: Path, world_size: int, state: dict[str, Any] | None) -> list[Any]:
+def change_table(workdir: Path) -> None:
+    """Change the table after the checkpoint: the resume must still read the old version."""
     import lancedb
-
-    from streaming import StreamingDataset
+    import pyarrow as pa
 
     table = lancedb.connect(str(workdir / "db")).open_table("demo")
-    ranks = []
-    for rank in range(world_size):
-        dataset = StreamingDataset(
-            table, num_splits=NUM_SPLITS, shuffle_seed=42, rank=rank, world_size=world_size
-        )
-        if state is not None:
-            dataset.load_state_dict(state)
-        ranks.append(dataset)
-    return ranks
+    extra = table.to_arrow().slice(0, 1000)
+    table.add(extra.set_column(0, "id", pa.array(np.arange(ROWS, ROWS + 1000))))
+    table.delete("id < 500")
 
 
-def _train(
-    workdir: Path, world_size: int, *, stop_after: int | None, state: dict[str, Any] | None
-) -> dict[str, Any]:
+def train(workdir: Path, *, rank: int, world_size: int, port: int, phase: str) -> None:
+    """One rank of the training job (runs in its own process)."""
+    import lancedb
     import torch
-    from torch.utils.data import DataLoader
+    import torch.distributed as dist
 
-    from streaming import StreamingDataset
+    from streaming import StreamingDataLoader, StreamingDataset, gather_state_dict, load_state_dict
 
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=timedelta(seconds=120),
+    )
     torch.manual_seed(0)
-    model = torch.nn.Linear(FEATURES, 2)
-    if state is not None:
-        model.load_state_dict(torch.load(workdir / "model.pt", weights_only=True))
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(FEATURES, 2))
+    checkpoint = workdir / "checkpoint.json"
+    saved = json.loads(checkpoint.read_text()) if phase == "resume" else None
+    if saved is not None:
+        model.module.load_state_dict(torch.load(workdir / "model.pt", weights_only=True))
     optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
-    ranks = _ranks(workdir, world_size, state["dataset"] if state else None)
-    batch_size = PER_SPLIT_BATCH * NUM_SPLITS // world_size
-    loaders = [iter(DataLoader(rank, batch_size=batch_size)) for rank in ranks]
+    table = lancedb.connect(str(workdir / "db")).open_table("demo")
+    dataset = StreamingDataset(table, num_splits=NUM_SPLITS, shuffle_seed=42)  # rank, world size: the group's
+    loader = StreamingDataLoader(
+        dataset, batch_size=PER_SPLIT_BATCH * NUM_SPLITS // world_size, num_workers=_workers(world_size)
+    )
+    if saved is not None:
+        load_state_dict(loader, saved["dataset"])
     delivered: list[int] = []
-    steps = 0
-    losses = []
-    for batches in zip(*loaders):  # every rank has the same number of batches
-        x = torch.cat([b["x"] for b in batches])
-        y = torch.cat([b["y"] for b in batches])
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+    steps, loss = 0, float("nan")
+    for batch in loader:
+        output = model(batch["x"])
+        batch_loss = torch.nn.functional.cross_entropy(output, batch["y"])
         optimiser.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
+        batch_loss.backward()  # type: ignore[no-untyped-call]
         optimiser.step()
-        losses.append(loss.item())
-        delivered += [int(i) for b in batches for i in b["id"]]
+        loss = batch_loss.item()
+        delivered += batch["id"].tolist()
         steps += 1
-        if stop_after is not None and steps == stop_after:
+        if phase == "train" and steps == STOP_AFTER:
             break
-    merged = StreamingDataset.merge_state_dicts([rank.state_dict() for rank in ranks])
-    torch.save(model.state_dict(), workdir / "model.pt")
-    accuracy = _accuracy(model, workdir)
+    state = gather_state_dict(loader)
+    (workdir / f"{phase}-rank{rank}.json").write_text(
+        json.dumps({"delivered": delivered, "steps": steps, "loss": loss})
+    )
+    if rank == 0 and phase == "train":
+        torch.save(model.module.state_dict(), workdir / "model.pt")
+        checkpoint.write_text(json.dumps({"dataset": state}))
+    dist.destroy_process_group()
+
+
+def _workers(world_size: int) -> int:
+    """Worker processes per rank: WORKERS when they divide the rank's splits, else 1."""
+    return WORKERS if (NUM_SPLITS // world_size) % WORKERS == 0 else 1
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _launch(workdir: Path, phase: str, world_size: int) -> dict[str, Any]:
+    """Start ``world_size`` rank processes, as torchrun would, and collect what they did."""
+    port = _free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "streaming",
+        "demo",
+        "--workdir",
+        str(workdir),
+        "--step",
+        phase,
+        "--world-size",
+        str(world_size),
+        "--port",
+        str(port),
+    ]
+    ranks = [subprocess.Popen([*command, "--rank", str(rank)]) for rank in range(world_size)]
+    codes = [rank.wait(timeout=900) for rank in ranks]
+    if any(codes):
+        raise RuntimeError(f"{phase} ranks exited with {codes}")
+    results = [json.loads((workdir / f"{phase}-rank{rank}.json").read_text()) for rank in range(world_size)]
     return {
-        "dataset": merged,
-        "delivered": delivered,
-        "steps": steps,
-        "loss": losses[-1],
-        "accuracy": accuracy,
+        "delivered": [i for result in results for i in result["delivered"]],
+        "steps": [result["steps"] for result in results],
+        "loss": results[0]["loss"],
     }
 
 
-def _accuracy(model: Any, workdir: Path) -> float:
+def _accuracy(workdir: Path) -> float:
     import lancedb
     import torch
 
+    model = torch.nn.Linear(FEATURES, 2)
+    model.load_state_dict(torch.load(workdir / "model.pt", weights_only=True))
     table = lancedb.connect(str(workdir / "db")).open_table("demo").to_arrow()
     x = torch.from_numpy(np.stack(table.column("x").to_numpy(zero_copy_only=False)).astype(np.float32))
     y = torch.from_numpy(table.column("y").to_numpy())
@@ -118,71 +163,30 @@ def _accuracy(model: Any, workdir: Path) -> float:
         return float((model(x).argmax(1) == y).float().mean())
 
 
-def _append_rows(workdir: Path) -> None:
-    """Change the table after the checkpoint: the resume must still read the old version."""
-    import lancedb
-    import pyarrow as pa
-
-    table = lancedb.connect(str(workdir / "db")).open_table("demo")
-    extra = table.to_arrow().slice(0, 1000)
-    ids = pa.array(np.arange(ROWS, ROWS + 1000))
-    table.add(extra.set_column(0, "id", ids))
-    table.delete("id < 500")
-
-
-def step(name: str, workdir: Path, world_size: int) -> None:
-    """Run one step of the demo in this process (called in a fresh process)."""
-    if name == "build":
-        build(workdir)
-        return
-    if name == "train":
-        result = _train(workdir, world_size, stop_after=60, state=None)
-        _append_rows(workdir)
-    else:
-        saved = json.loads((workdir / "checkpoint.json").read_text())
-        result = _train(workdir, world_size, stop_after=None, state=saved)
-    out = workdir / ("checkpoint.json" if name == "train" else "resumed.json")
-    out.write_text(json.dumps(result))
-
-
-def _fresh_process(name: str, workdir: Path, world_size: int) -> dict[str, Any]:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streaming",
-            "demo",
-            "--step",
-            name,
-            "--workdir",
-            str(workdir),
-            "--world-size",
-            str(world_size),
-        ],
-        check=True,
-    )
-    path = workdir / ("checkpoint.json" if name == "train" else "resumed.json")
-    return json.loads(path.read_text()) if name != "build" else {}
-
-
 def run(*, workdir: Path | None = None, world_size: int = 2, resume_world_size: int = 3) -> bool:
     """Run the whole demo; print the report; return True when exactly once held."""
     workdir = Path(workdir or tempfile.mkdtemp(prefix="lance-streaming-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    print(f"demo folder: {workdir}")
-    _fresh_process("build", workdir, world_size)
-    first = _fresh_process("train", workdir, world_size)
-    print(
-        f"trained {first['steps']} steps on {world_size} ranks, loss {first['loss']:.3f}, "
-        f"accuracy {first['accuracy']:.1%}; checkpoint saved"
+    print(f"demo folder: {workdir}", flush=True)
+    subprocess.run(
+        [sys.executable, "-m", "streaming", "demo", "--workdir", str(workdir), "--step", "build"], check=True
     )
-    print("then 1000 rows were appended to the table and 500 deleted; the resume reads the pinned version")
-    second = _fresh_process("resume", workdir, resume_world_size)
+    first = _launch(workdir, "train", world_size)
     print(
-        f"resumed on {resume_world_size} ranks in a fresh process: {second['steps']} more steps, "
-        f"accuracy {second['accuracy']:.1%}"
+        f"trained {first['steps'][0]} steps on {world_size} ranks x {_workers(world_size)} workers "
+        f"(loss {first['loss']:.3f}, accuracy {_accuracy(workdir):.1%}); merged checkpoint saved",
+        flush=True,
     )
-    return report(first["delivered"], second["delivered"], first["dataset"])
+    change_table(workdir)
+    print("then 1000 rows were appended to the table and 500 deleted", flush=True)
+    second = _launch(workdir, "resume", resume_world_size)
+    print(
+        f"resumed on {resume_world_size} ranks x {_workers(resume_world_size)} workers in new processes: "
+        f"{second['steps'][0]} more steps per rank, steps per rank {second['steps']}",
+        flush=True,
+    )
+    state = json.loads((workdir / "checkpoint.json").read_text())["dataset"]
+    return report(first["delivered"], second["delivered"], state)
 
 
 def report(before: list[int], after: list[int], state: dict[str, Any]) -> bool:

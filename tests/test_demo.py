@@ -7,6 +7,7 @@ import sys
 
 
 def test_demo_resumes_on_another_world_size_exactly(tmp_path):
+    """4 ranks x 1 worker, then 2 ranks x 2 workers, all real processes (gloo)."""
     result = subprocess.run(
         [
             sys.executable,
@@ -18,7 +19,7 @@ def test_demo_resumes_on_another_world_size_exactly(tmp_path):
             "--world-size",
             "4",
             "--resume-world-size",
-            "3",
+            "2",
         ],
         capture_output=True,
         text=True,
@@ -26,6 +27,8 @@ def test_demo_resumes_on_another_world_size_exactly(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "duplicates: 0, missing: 0, rows from after the checkpoint: 0" in result.stdout
+    assert "trained 40 steps on 4 ranks x 1 workers" in result.stdout
+    assert "resumed on 2 ranks x 2 workers" in result.stdout
     assert "OK: every planned sample was delivered exactly once" in result.stdout
 
 
