@@ -49,27 +49,64 @@ def snapshot(token: str) -> Snapshot | None:
 
 @dataclass(frozen=True)
 class Committed:
-    """A collated batch and the progress its worker had made when it was built."""
+    """A collated batch and the progress its worker had made when it was built.
+
+    ``numpy`` marks a batch whose numeric columns travel as numpy arrays;
+    ``unwrap`` turns them into tensors in the trainer's process.
+    """
 
     batch: Any
     snapshot: Snapshot | None
+    numpy: bool = False
+
+    def unwrap(self) -> Any:
+        """The batch as the trainer receives it."""
+        if not self.numpy:
+            return self.batch
+        from .assemble import to_tensors
+
+        return to_tensors(self.batch)
 
     def pin_memory(self, device: str | None = None) -> Committed:
         """Pin the batch (called by the DataLoader's pin-memory thread)."""
         from torch.utils.data._utils.pin_memory import pin_memory
 
-        return Committed(pin_memory(self.batch, device), self.snapshot)  # type: ignore[no-untyped-call]
+        return Committed(pin_memory(self.unwrap(), device), self.snapshot)  # type: ignore[no-untyped-call]
+
+
+_PIPE_BYTES = 8 << 20
+"""Batches up to this size travel from workers by value (faster than shared memory)."""
+
+
+def _pipe_sized(batch: dict[str, Any]) -> bool:
+    return sum(getattr(value, "nbytes", 0) for value in batch.values()) <= _PIPE_BYTES
 
 
 class CommittingCollate:
-    """Wraps a collate function: collate, then attach the iterator's progress."""
+    """Wraps a collate function: collate, then attach the iterator's progress.
 
-    def __init__(self, collate: Callable[[list[Any]], Any], token: str) -> None:
+    With ``refs`` the samples are row references and ``assemble`` builds the batch.
+    """
+
+    def __init__(self, collate: Callable[[list[Any]], Any], token: str, *, refs: bool) -> None:
         self.collate = collate
         self.token = token
+        self.refs = refs
 
     def __call__(self, samples: list[Any]) -> Committed:
         from torch.utils.data import get_worker_info
+
+        if self.refs:
+            from .assemble import assemble
+
+            in_worker = get_worker_info() is not None
+            batch = assemble(samples, as_numpy=in_worker)
+            numpy = in_worker and _pipe_sized(batch)
+            if in_worker and not numpy:
+                from .assemble import to_tensors
+
+                batch = to_tensors(batch)  # large: shared memory beats the pipe
+            return Committed(batch, snapshot(self.token) if in_worker else None, numpy=numpy)
 
         # In the trainer's own process (num_workers=0) the dataset's progress is
         # already the committed one; only worker processes send snapshots.
@@ -77,22 +114,33 @@ class CommittingCollate:
         return Committed(self.collate(samples), snapshot(self.token) if in_worker else None)
 
 
-_SHIPPING: set[str] = set()
+_SHIPPING: dict[str, bool] = {}
 
 
 class shipping:
-    """Marks dataset ``token`` as being pickled for a ``StreamingDataLoader``'s workers."""
+    """Marks dataset ``token`` as being iterated for a ``StreamingDataLoader``.
 
-    def __init__(self, token: str) -> None:
+    While it is active, iterators created for the dataset (in this process, or in
+    worker processes the dataset is pickled for) are the loader's; with ``refs``
+    they yield row references that the loader's collate assembles vectorised.
+    """
+
+    def __init__(self, token: str, *, refs: bool) -> None:
         self.token = token
+        self.refs = refs
 
     def __enter__(self) -> None:
-        _SHIPPING.add(self.token)
+        _SHIPPING[self.token] = self.refs
 
     def __exit__(self, *exc: object) -> None:
-        _SHIPPING.discard(self.token)
+        _SHIPPING.pop(self.token, None)
 
 
 def shipping_for_loader(token: str) -> bool:
-    """True while a ``StreamingDataLoader`` starts workers for dataset ``token``."""
+    """True while a ``StreamingDataLoader`` creates its iterator for dataset ``token``."""
     return token in _SHIPPING
+
+
+def loader_wants_refs(token: str) -> bool:
+    """True while a loader that assembles batches from row references iterates ``token``."""
+    return _SHIPPING.get(token, False)

@@ -132,6 +132,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._shipped = False  # pickled for worker processes of a plain DataLoader
         self._loader_iterator: weakref.ref[Any] | None = None
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
+        self._loader_refs = False  # set in copies sent to a loader that assembles from references
         self._snapshot, handle = source.resolve(
             table,
             version=version,
@@ -297,8 +298,9 @@ class StreamingDataset(IterableDataset[Any]):
             transform=self._options.transform,
             batch_rows=self._options.read_batch_size,
         )
+        refs = self._loader_refs or commit.loader_wants_refs(self._token)
         self._active = iterate_cycles(
-            windows, splits, self._progress, io_threads=self._options.io_queue_depth
+            windows, splits, self._progress, io_threads=self._options.io_queue_depth, refs=refs
         )
         return self._active
 
@@ -364,23 +366,28 @@ class StreamingDataset(IterableDataset[Any]):
                 "progress never reaches this process, so its state would be wrong; iterate it "
                 "with streaming.StreamingDataLoader, which commits each batch as it is returned"
             )
-        progress, length = self._progress, self._plan.split_length
-        owned = self._rank_splits
-        advances = {
-            progress.samples[split] - progress.start[split]
-            for split in owned
-            if progress.samples[split] < length
-        }
-        if len(advances) > 1:
+        counts = self._boundary_counts()
+        if counts is None:
             raise RuntimeError(
-                "the splits of this rank have advanced unequally since this run started "
-                f"(by {sorted(advances)} samples): the state is between logical steps of the "
-                "DataLoader workers; consume more batches (one from every worker) and call "
-                "state_dict() again, or use StreamingDataLoader.state_dict(), which returns the "
-                "last logical step boundary"
+                "the splits of this rank have advanced unequally since this run started: the "
+                "state is between logical steps of the DataLoader workers; consume more batches "
+                "(one from every worker) and call state_dict() again, or use "
+                "StreamingDataLoader.state_dict(), which returns the last logical step boundary"
             )
-        advance = min(progress.samples[split] - progress.start[split] for split in owned)
-        samples, positions = list(progress.samples), list(progress.positions)
+        return self._state_from(*counts)
+
+    def _boundary_counts(self) -> tuple[list[int], list[int]] | None:
+        """(samples, positions) now, if every unfinished owned split advanced equally."""
+        progress, length = self._progress, self._plan.split_length
+        samples, start = progress.samples, progress.start
+        advances = {samples[split] - start[split] for split in self._rank_splits if samples[split] < length}
+        return (samples, progress.positions) if len(advances) <= 1 else None
+
+    def _state_from(self, samples: Sequence[int], positions: Sequence[int]) -> dict[str, Any]:
+        """The state dict for boundary counts, non-owned splits in lockstep."""
+        progress, length, owned = self._progress, self._plan.split_length, self._rank_splits
+        advance = min(samples[split] - progress.start[split] for split in owned)
+        samples, positions = list(samples), list(positions)
         for split in range(self.num_splits):
             if split not in owned:
                 samples[split] = min(length, progress.start[split] + advance)
@@ -425,6 +432,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_active"] = None
         state["_loader_iterator"] = None
         state["_trainer_pid"] = os.getpid()
+        state["_loader_refs"] = commit.loader_wants_refs(self._token)
         if not commit.shipping_for_loader(self._token):
             self._shipped = True
         state["_shipped"] = False

@@ -70,9 +70,9 @@ class Progress:
         self._segment, self.cycles = [], 0
 
 
-def _chunks(readers: SplitReaders, splits: Sequence[int]) -> tuple[list[list[Any]], int]:
+def _chunks(readers: SplitReaders, splits: Sequence[int], refs: bool) -> tuple[list[list[Any]], int]:
     """The next samples of every split, trimmed to the same count."""
-    chunks = [readers.take(split, CHUNK_ROWS) for split in splits]
+    chunks = [readers.take(split, CHUNK_ROWS, refs=refs) for split in splits]
     count = min(len(chunk) for chunk in chunks)
     for split, chunk in zip(splits, chunks):
         if len(chunk) > count:
@@ -87,13 +87,15 @@ def iterate_cycles(
     progress: Progress,
     *,
     io_threads: int,
+    refs: bool = False,
 ) -> Generator[Any, None, None]:
     """Yield cycle 0, 1, ...: one sample of each split that has not run out.
 
     Inside a cycle splits come in ascending order. ``progress`` moves just before
     the last sample of a cycle is handed out, so it always counts whole cycles;
     samples of a partial cycle are replayed after a resume. Closing the generator
-    stops the background reads.
+    stops the background reads. With ``refs`` (and no transform) it yields
+    ``(rows, index)`` references for ``assemble`` instead of row dicts.
     """
     executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
     ordered = sorted(splits)
@@ -103,7 +105,7 @@ def iterate_cycles(
             active = [split for split in ordered if readers.remaining(split) > 0]
             if not active:
                 return
-            chunks, count = _chunks(readers, active)
+            chunks, count = _chunks(readers, active, refs)
             progress.begin(active)
             width = len(active)
             rows = iter(chunks[0] if width == 1 else [row for cycle in zip(*chunks) for row in cycle])

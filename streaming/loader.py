@@ -127,6 +127,8 @@ class StreamingDataLoader(DataLoader[Any]):
         in_order: bool = True,
     ) -> None:
         dataset = _check_dataset(dataset)
+        # Vectorised assembly gives default_collate's batch; it needs no transform.
+        refs = collate_fn in (None, default_collate) and dataset._options.transform is None
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
@@ -140,7 +142,7 @@ class StreamingDataLoader(DataLoader[Any]):
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
-            collate_fn=commit.CommittingCollate(collate_fn or default_collate, dataset._token),
+            collate_fn=commit.CommittingCollate(collate_fn or default_collate, dataset._token, refs=refs),
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=timeout,
@@ -154,28 +156,24 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         object.__setattr__(self, "sampler", _EpochSampler(dataset))
         self._streaming = dataset
-        self._boundary_state: dict[str, Any] | None = None
+        self._refs = refs
+        self._boundary: tuple[list[int], list[int]] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """Yield batches; each one's progress is committed as it is returned."""
         dataset = self._streaming
         if self.num_workers > 0:
             _check_picklable(dataset._options.transform)
-        with commit.shipping(dataset._token):
+        with commit.shipping(dataset._token, refs=self._refs):
             batches = super().__iter__()
-        self._boundary_state = self._try_state()
+        self._boundary = self._streaming._boundary_counts()
         return _Committing(batches, self)
 
     def _after_commit(self) -> None:
-        state = self._try_state()
-        if state is not None:
-            self._boundary_state = state
-
-    def _try_state(self) -> dict[str, Any] | None:
-        try:
-            return self._streaming.state_dict()
-        except RuntimeError:
-            return None
+        """Remember the counts if this batch completed a logical step of all workers."""
+        counts = self._streaming._boundary_counts()
+        if counts is not None:
+            self._boundary = counts
 
     def __len__(self) -> int:
         """Batches the next iteration yields, counting every worker's short last batch."""
@@ -199,19 +197,19 @@ class StreamingDataLoader(DataLoader[Any]):
         Raises:
             RuntimeError: ``strict=True`` between logical step boundaries.
         """
-        if strict or self._boundary_state is None:
+        if strict or self.num_workers == 0 or self._boundary is None:
             return self._streaming.state_dict()
-        return self._boundary_state
+        return self._streaming._state_from(*self._boundary)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Forward to ``StreamingDataset.load_state_dict``."""
         self._streaming.load_state_dict(state)
-        self._boundary_state = None
+        self._boundary = None
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingDataset.set_epoch``."""
         self._streaming.set_epoch(epoch)
-        self._boundary_state = None
+        self._boundary = None
 
 
 class _Committing(Iterator[Any]):
@@ -237,8 +235,8 @@ class _Committing(Iterator[Any]):
             raise
         if item.snapshot is not None:
             self._loader._streaming._commit(item.snapshot)
-        self._loader._after_commit()
-        return item.batch
+            self._loader._after_commit()
+        return item.unwrap()
 
     def __len__(self) -> int:
         return len(self._loader)

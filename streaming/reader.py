@@ -100,10 +100,11 @@ class SplitReaders:
         if self._ahead[split] <= window + 1:
             self._schedule()
 
-    def take(self, split: int, limit: int) -> list[Any]:
+    def take(self, split: int, limit: int, *, refs: bool = False) -> list[Any]:
         """Up to ``limit`` samples of ``split`` without crossing a window (at least one).
 
-        Call only while ``remaining(split)`` is positive.
+        Call only while ``remaining(split)`` is positive. With ``refs``, returns
+        ``(rows, index)`` references instead of samples (see ``assemble``).
         """
         position = self.positions[split]
         current = self._current.get(split)
@@ -113,6 +114,8 @@ class SplitReaders:
         offset = position - self._current_start[split]
         stop = min(len(current), offset + limit)
         self.positions[split] = position + stop - offset
+        if refs and isinstance(current, Rows):
+            return current.refs(offset, stop)
         return current.samples(offset, stop)
 
     def unread(self, split: int, count: int) -> None:

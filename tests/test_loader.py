@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
 
@@ -296,3 +296,75 @@ def test_workers_receive_settings_not_handles_or_offsets(tmp_path):
     iterator = iter(data)
     head = [int(next(iterator)["id"]) for _ in range(20)]
     assert [int(s["id"]) for s in itertools.islice(copy, 20)] == head
+
+
+def typed_table(path) -> str:
+    """Columns of every kind the vectorised path must reproduce exactly."""
+    n = 90
+    rng = np.random.default_rng(0)
+    table = pa.table(
+        {
+            "id": np.arange(n, dtype=np.int64),
+            "i8": rng.integers(-100, 100, n).astype(np.int8),
+            "u8": rng.integers(0, 255, n).astype(np.uint8),
+            "i16": rng.integers(-1000, 1000, n).astype(np.int16),
+            "u32": rng.integers(0, 1000, n).astype(np.uint32),
+            "f16": rng.random(n).astype(np.float16),
+            "f64": rng.random(n),
+            "flag": rng.random(n) > 0.5,
+            "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.random(n * 3).astype(np.float32)), 3),
+            "grid": pa.FixedSizeListArray.from_arrays(
+                pa.FixedSizeListArray.from_arrays(pa.array(np.arange(n * 4, dtype=np.int32)), 2), 2
+            ),
+            "pair": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int64())),
+            "text": pa.array([f"t{i}" for i in range(n)]),
+            "blob": pa.array([bytes([i % 256]) * 3 for i in range(n)], pa.binary()),
+        }
+    )
+    uri = str(path / "typed.lance")
+    import lance
+
+    lance.write_dataset(table, uri, max_rows_per_file=40)
+    return uri
+
+
+def assert_same_batches(ours, theirs):
+    assert len(ours) == len(theirs)
+    for index, (mine, plain) in enumerate(zip(ours, theirs)):
+        assert mine.keys() == plain.keys()
+        for key in plain:
+            if isinstance(plain[key], torch.Tensor):
+                assert isinstance(mine[key], torch.Tensor), (index, key)
+                assert mine[key].dtype == plain[key].dtype and mine[key].shape == plain[key].shape, (
+                    index,
+                    key,
+                )
+                assert torch.equal(mine[key], plain[key]), (index, key)
+            else:
+                assert type(mine[key]) is type(plain[key]) and repr(mine[key]) == repr(plain[key]), (
+                    index,
+                    key,
+                )
+
+
+def per_row_collate(rows):
+    """default_collate behind another name: turns the vectorised path off."""
+    return default_collate(rows)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_vectorised_batches_equal_per_row_default_collate(tmp_path, workers):
+    """The fast path (default collate, no transform) gives default_collate's batches."""
+    typed = typed_table(tmp_path)
+
+    def make():
+        return StreamingDataset(typed, num_splits=2, block_rows=4, shuffle_buffer_size=32)
+
+    per_row = loader(make(), workers, batch_size=8, collate_fn=per_row_collate)
+    assert not per_row._refs
+    expected = list(per_row)
+    fast = loader(make(), workers, batch_size=8)
+    assert fast._refs
+    assert_same_batches(list(fast), expected)
+    if workers == 0:
+        assert_same_batches(expected, list(DataLoader(make(), batch_size=8)))
