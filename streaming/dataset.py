@@ -421,6 +421,7 @@ class StreamingDataset(IterableDataset[Any]):
             raise
         self._epoch = saved.epoch
         self._progress.reset(saved.samples, saved.positions)
+        self._shipped = False
 
     def _commit(self, snapshot: commit.Snapshot) -> None:
         """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""
