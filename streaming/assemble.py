@@ -63,7 +63,25 @@ def _gather(groups: list[tuple[Rows, np.ndarray, np.ndarray]], column: int, size
         source = rows.columns[column]
         for position, index in zip(positions.tolist(), indices.tolist()):
             values[position] = source[index]
-    return default_collate(values)
+    try:
+        return default_collate(values)
+    except (TypeError, RuntimeError) as error:
+        raise TypeError(_unbatchable(groups[0][0].names[column], values, error)) from error
+
+
+def _unbatchable(name: str, values: list[Any], error: Exception) -> str:
+    """Why column ``name`` cannot be batched, and what to do instead."""
+    if any(value is None for value in values):
+        return (
+            f"column {name!r} has nulls, which default_collate cannot batch; skip them with "
+            f"filter='{name} IS NOT NULL', or fill them in a transform= or a collate_fn="
+        )
+    kinds = sorted({type(value).__name__ for value in values})
+    return (
+        f"column {name!r} holds values default_collate cannot batch ({', '.join(kinds)}: {error}); "
+        "convert them with transform= (called with each pyarrow.RecordBatch), pass a collate_fn=, "
+        "or leave the column out with columns="
+    )
 
 
 def assemble(refs: Sequence[tuple[Rows, int]], *, as_numpy: bool = False) -> dict[str, Any]:

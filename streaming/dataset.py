@@ -77,6 +77,9 @@ class StreamingDataset(IterableDataset[Any]):
         block_rows: Consecutive rows read and shuffled as one block.
         shuffle_buffer_size: Rows (over all splits) permuted together; each split's
             window is ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks.
+        tag_snapshot: Opt in to protecting the version read (at construction and
+            after ``load_state_dict``) from ``cleanup_old_versions`` with a Lance tag
+            ``lance-streaming-v<version>``; ``release_snapshot()`` removes it.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -114,6 +117,7 @@ class StreamingDataset(IterableDataset[Any]):
         storage_options: dict[str, str] | None = None,
         block_rows: int = DEFAULT_BLOCK_ROWS,
         shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+        tag_snapshot: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
         if shuffle_seed is None and isinstance(world_size, int):
@@ -141,6 +145,9 @@ class StreamingDataset(IterableDataset[Any]):
         )
         self._epoch = self._options.epoch
         self._open(self._snapshot, handle, epoch=self._epoch)
+        self._tag_snapshot = bool(tag_snapshot)
+        if self._tag_snapshot:
+            source.protect(self._snapshot)
         self._progress = Progress(self._options.num_splits)
         self._active: Generator[Any, None, None] | None = None
 
@@ -422,6 +429,16 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = saved.epoch
         self._progress.reset(saved.samples, saved.positions)
         self._shipped = False
+        if self._tag_snapshot:
+            source.protect(self._snapshot)
+
+    def release_snapshot(self) -> bool:
+        """Remove the tag that protects this dataset's version (see ``tag_snapshot``).
+
+        Returns False when the version had no such tag. After this, cleaning up old
+        versions may delete it, and states that pin it can no longer be resumed.
+        """
+        return source.release(self._snapshot)
 
     def _commit(self, snapshot: commit.Snapshot) -> None:
         """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""

@@ -259,3 +259,27 @@ def read_rows(
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables)
+
+
+def tag_name(version: int) -> str:
+    """The Lance tag that protects ``version`` from cleanup."""
+    return f"lance-streaming-v{version}"
+
+
+def protect(snapshot: Snapshot) -> str:
+    """Tag the snapshot's version so ``cleanup_old_versions`` keeps it; idempotent."""
+    dataset = open_snapshot(snapshot)
+    name = tag_name(snapshot.version)
+    if name not in dataset.tags.list():
+        dataset.tags.create(name, snapshot.version)
+    return name
+
+
+def release(snapshot: Snapshot) -> bool:
+    """Delete the snapshot's protecting tag; False when there was none."""
+    dataset = open_snapshot(snapshot)
+    name = tag_name(snapshot.version)
+    if name not in dataset.tags.list():
+        return False
+    dataset.tags.delete(name)
+    return True
