@@ -85,7 +85,8 @@ def _pipe_sized(batch: dict[str, Any]) -> bool:
 class CommittingCollate:
     """Wraps a collate function: collate, then attach the iterator's progress.
 
-    With ``refs`` the samples are row references and ``assemble`` builds the batch.
+    With ``refs`` the item is a list of row references and ``assemble`` builds
+    the batch from it.
     """
 
     def __init__(self, collate: Callable[[list[Any]], Any], token: str, *, refs: bool) -> None:
@@ -114,23 +115,24 @@ class CommittingCollate:
         return Committed(self.collate(samples), snapshot(self.token) if in_worker else None)
 
 
-_SHIPPING: dict[str, bool] = {}
+_SHIPPING: dict[str, int] = {}
 
 
 class shipping:
     """Marks dataset ``token`` as being iterated for a ``StreamingDataLoader``.
 
     While it is active, iterators created for the dataset (in this process, or in
-    worker processes the dataset is pickled for) are the loader's; with ``refs``
-    they yield row references that the loader's collate assembles vectorised.
+    worker processes the dataset is pickled for) are the loader's; with a positive
+    ``batch`` they yield whole batches of row references, which the loader's
+    collate assembles vectorised.
     """
 
-    def __init__(self, token: str, *, refs: bool) -> None:
+    def __init__(self, token: str, *, batch: int) -> None:
         self.token = token
-        self.refs = refs
+        self.batch = batch
 
     def __enter__(self) -> None:
-        _SHIPPING[self.token] = self.refs
+        _SHIPPING[self.token] = self.batch
 
     def __exit__(self, *exc: object) -> None:
         _SHIPPING.pop(self.token, None)
@@ -141,6 +143,6 @@ def shipping_for_loader(token: str) -> bool:
     return token in _SHIPPING
 
 
-def loader_wants_refs(token: str) -> bool:
-    """True while a loader that assembles batches from row references iterates ``token``."""
-    return _SHIPPING.get(token, False)
+def loader_batch(token: str) -> int:
+    """Rows per batch of references the loader iterating ``token`` wants (0: row dicts)."""
+    return _SHIPPING.get(token, 0)

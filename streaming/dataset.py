@@ -13,7 +13,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import commit, source, watchdog
 from .errors import EpochCompleteWarning
-from .iterate import Progress, is_running, iterate_cycles
+from .iterate import Progress, batched, is_running, iterate_cycles
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
@@ -136,7 +136,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._shipped = False  # pickled for worker processes of a plain DataLoader
         self._loader_iterator: weakref.ref[Any] | None = None
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
-        self._loader_refs = False  # set in copies sent to a loader that assembles from references
+        self._loader_batch = 0  # in copies sent to a loader that wants batches of references
         self._snapshot, handle = source.resolve(
             table,
             version=version,
@@ -305,11 +305,11 @@ class StreamingDataset(IterableDataset[Any]):
             transform=self._options.transform,
             batch_rows=self._options.read_batch_size,
         )
-        refs = self._loader_refs or commit.loader_wants_refs(self._token)
+        batch = self._loader_batch or commit.loader_batch(self._token)
         self._active = iterate_cycles(
-            windows, splits, self._progress, io_threads=self._options.io_queue_depth, refs=refs
+            windows, splits, self._progress, io_threads=self._options.io_queue_depth, refs=batch > 0
         )
-        return self._active
+        return batched(self._active, batch) if batch else self._active
 
     def _attach(self, loader_iterator: Any) -> None:
         """Remember the StreamingDataLoader iterator whose workers read this dataset."""
@@ -450,7 +450,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_active"] = None
         state["_loader_iterator"] = None
         state["_trainer_pid"] = os.getpid()
-        state["_loader_refs"] = commit.loader_wants_refs(self._token)
+        state["_loader_batch"] = commit.loader_batch(self._token)
         if not commit.shipping_for_loader(self._token):
             self._shipped = True
         state["_shipped"] = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from typing import Any
 
 from .reader import SplitReaders, WindowSource
@@ -118,6 +119,22 @@ def iterate_cycles(
         progress.fold()
         readers.close()
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def batched(rows: Generator[Any, None, None], size: int) -> Generator[list[Any], None, None]:
+    """Lists of ``size`` items of ``rows`` (the last may be shorter).
+
+    ``islice`` pulls each batch in C, and stops right after the batch's last item,
+    so the progress of ``rows`` describes exactly the batches handed out.
+    """
+    try:
+        while True:
+            batch = list(islice(rows, size))
+            if not batch:
+                return
+            yield batch
+    finally:
+        rows.close()
 
 
 def is_running(iterator: Generator[Any, None, None] | None) -> bool:

@@ -127,8 +127,10 @@ class StreamingDataLoader(DataLoader[Any]):
         in_order: bool = True,
     ) -> None:
         dataset = _check_dataset(dataset)
-        # Vectorised assembly gives default_collate's batch; it needs no transform.
+        # Vectorised assembly gives default_collate's batch; it needs no transform. The
+        # dataset then yields whole batches of row references (no per-row fetching).
         refs = collate_fn in (None, default_collate) and dataset._options.transform is None
+        refs = refs and batch_size is not None and batch_sampler is None
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
@@ -137,7 +139,7 @@ class StreamingDataLoader(DataLoader[Any]):
             )
         super().__init__(
             dataset,
-            batch_size=batch_size,
+            batch_size=None if refs else batch_size,
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
@@ -155,6 +157,7 @@ class StreamingDataLoader(DataLoader[Any]):
             in_order=in_order,
         )
         object.__setattr__(self, "sampler", _EpochSampler(dataset))
+        object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         self._streaming = dataset
         self._refs = refs
         self._boundary: tuple[list[int], list[int]] | None = None
@@ -164,7 +167,7 @@ class StreamingDataLoader(DataLoader[Any]):
         dataset = self._streaming
         if self.num_workers > 0:
             _check_picklable(dataset._options.transform)
-        with commit.shipping(dataset._token, refs=self._refs):
+        with commit.shipping(dataset._token, batch=self.batch_size if self._refs and self.batch_size else 0):
             batches = super().__iter__()
         self._boundary = self._streaming._boundary_counts()
         return _Committing(batches, self)

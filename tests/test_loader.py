@@ -364,7 +364,7 @@ def test_vectorised_batches_equal_per_row_default_collate(tmp_path, workers):
     assert not per_row._refs
     expected = list(per_row)
     fast = loader(make(), workers, batch_size=8)
-    assert fast._refs
+    assert fast._refs and fast.batch_size == 8
     assert_same_batches(list(fast), expected)
     if workers == 0:
         assert_same_batches(expected, list(DataLoader(make(), batch_size=8)))
