@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import types
 import uuid
 import warnings
 import weakref
@@ -26,6 +28,23 @@ from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_
 from .reader import WindowSource
 from .state import StreamState, check_compatible, merge_states, parse_state
 from .topology import draw_seed, topology
+
+
+def _pickled_for_a_child_process() -> bool:
+    """True when multiprocessing pickles this object to start a child process.
+
+    Distinguishes a DataLoader starting workers from ``copy.deepcopy`` or
+    ``pickle.dumps`` by the user, which must not mark the dataset.
+    """
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(40):
+        if frame is None:
+            return False
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/multiprocessing/" in path and frame.f_code.co_name in ("dump", "_launch", "start"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class StreamingDataset(IterableDataset[Any]):
@@ -451,7 +470,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_loader_iterator"] = None
         state["_trainer_pid"] = os.getpid()
         state["_loader_batch"] = commit.loader_batch(self._token)
-        if not commit.shipping_for_loader(self._token):
+        if not commit.shipping_for_loader(self._token) and _pickled_for_a_child_process():
             self._shipped = True
         state["_shipped"] = False
         return state

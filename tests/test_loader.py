@@ -368,3 +368,15 @@ def test_vectorised_batches_equal_per_row_default_collate(tmp_path, workers):
     assert_same_batches(list(fast), expected)
     if workers == 0:
         assert_same_batches(expected, list(DataLoader(make(), batch_size=8)))
+
+
+def test_copying_or_pickling_by_the_user_does_not_mark_the_dataset(uri):
+    import copy
+
+    data = dataset(uri)
+    take_two = iter(data)
+    next(take_two)
+    take_two.close()
+    copy.deepcopy(data)
+    pickle.loads(pickle.dumps(data))
+    assert data.state_dict()["num_splits"] == NUM_SPLITS
