@@ -8,18 +8,20 @@ the batch; the trainer's process applies it when ``next()`` hands the batch over
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .iterate import Progress
+from .stats import Counters
 
-_ACTIVE: dict[str, tuple[Progress, tuple[int, ...], int]] = {}
+_ACTIVE: dict[str, tuple[Progress, tuple[int, ...], int, Counters]] = {}
 
 
-def register(token: str, progress: Progress, splits: Sequence[int], worker: int) -> None:
-    """Record the progress of the iterator of dataset ``token`` in this process."""
-    _ACTIVE[token] = (progress, tuple(splits), worker)
+def register(token: str, progress: Progress, splits: Sequence[int], worker: int, counters: Counters) -> None:
+    """Record the progress (and read counters) of dataset ``token``'s iterator here."""
+    _ACTIVE[token] = (progress, tuple(splits), worker, counters)
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class Snapshot:
     splits: tuple[int, ...]
     samples: tuple[int, ...]
     positions: tuple[int, ...]
+    pid: int = 0
+    counters: dict[str, float] | None = None
 
 
 def snapshot(token: str) -> Snapshot | None:
@@ -37,13 +41,15 @@ def snapshot(token: str) -> Snapshot | None:
     entry = _ACTIVE.get(token)
     if entry is None:
         return None
-    progress, splits, worker = entry
+    progress, splits, worker, counters = entry
     samples, positions = progress.samples, progress.positions
     return Snapshot(
         worker=worker,
         splits=splits,
         samples=tuple(samples[split] for split in splits),
         positions=tuple(positions[split] for split in splits),
+        pid=os.getpid(),
+        counters=counters.as_dict(),
     )
 
 

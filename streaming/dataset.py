@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import commit, source, watchdog
+from . import commit, source, stats, watchdog
 from .errors import EpochCompleteWarning
 from .iterate import Progress, batched, is_running, iterate_cycles
 from .options import (
@@ -27,6 +27,7 @@ from .options import (
 from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
 from .reader import WindowSource
 from .state import StreamState, check_compatible, merge_states, parse_state
+from .stats import Counters
 from .topology import draw_seed, topology
 
 
@@ -156,6 +157,8 @@ class StreamingDataset(IterableDataset[Any]):
         self._loader_iterator: weakref.ref[Any] | None = None
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
         self._loader_batch = 0  # in copies sent to a loader that wants batches of references
+        self._counters = Counters()  # reads of this process's iterators
+        self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
         self._snapshot, handle = source.resolve(
             table,
             version=version,
@@ -308,7 +311,7 @@ class StreamingDataset(IterableDataset[Any]):
             self._active.close()
         worker, num_workers = self._worker()
         splits = self._iterator_splits(worker, num_workers)
-        commit.register(self._token, self._progress, splits, worker)
+        commit.register(self._token, self._progress, splits, worker, self._counters)
         if all(self._progress.positions[split] >= self._plan.split_length for split in splits):
             warnings.warn(
                 f"epoch {self._epoch} was already fully delivered, so this iterator yields "
@@ -323,6 +326,7 @@ class StreamingDataset(IterableDataset[Any]):
             filter_index=self._filter_index,
             transform=self._options.transform,
             batch_rows=self._options.read_batch_size,
+            counters=self._counters,
         )
         batch = self._loader_batch or commit.loader_batch(self._token)
         self._active = iterate_cycles(
@@ -462,6 +466,28 @@ class StreamingDataset(IterableDataset[Any]):
     def _commit(self, snapshot: commit.Snapshot) -> None:
         """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""
         self._progress.apply(snapshot.splits, snapshot.samples, snapshot.positions)
+        if snapshot.counters is not None:
+            self._worker_counters[(snapshot.pid, snapshot.worker)] = snapshot.counters
+
+    def stats(self) -> dict[str, float]:
+        """Live statistics of this rank, including its DataLoader workers.
+
+        ``rows_delivered`` and ``rows_skipped`` count this epoch's committed samples
+        of the rank's splits; ``rows_read``, ``bytes_read``, ``windows_read``,
+        ``read_seconds`` (wall time of reads, summed over read threads) and
+        ``transform_seconds`` are totals since this object was made, over this
+        process and every worker whose batches reached it; ``read_ahead`` is the
+        number of windows requested and not yet consumed. Worker figures are as of
+        their latest delivered batch. Cheap: counters only, no I/O.
+        """
+        samples, positions = self._progress.samples, self._progress.positions
+        totals = stats.total([self._counters.as_dict(), *self._worker_counters.values()])
+        return {
+            "epoch": self._epoch,
+            "rows_delivered": sum(samples[split] for split in self._rank_splits),
+            "rows_skipped": sum(positions[split] - samples[split] for split in self._rank_splits),
+            **totals,
+        }
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, snapshot and position, no handles."""
@@ -470,6 +496,8 @@ class StreamingDataset(IterableDataset[Any]):
         state["_loader_iterator"] = None
         state["_trainer_pid"] = os.getpid()
         state["_loader_batch"] = commit.loader_batch(self._token)
+        state["_counters"] = Counters()
+        state["_worker_counters"] = {}
         if not commit.shipping_for_loader(self._token) and _pickled_for_a_child_process():
             self._shipped = True
         state["_shipped"] = False

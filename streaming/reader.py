@@ -12,6 +12,7 @@ import pyarrow as pa
 from . import source
 from .plan import EpochPlan
 from .rows import Rows, TransformedRows
+from .stats import Counters, timed
 
 Window = Rows | TransformedRows
 Key = tuple[int, int]
@@ -27,20 +28,24 @@ class WindowSource:
     filter_index: source.FilterIndex | None
     transform: Callable[[pa.RecordBatch], Iterable[Any]] | None
     batch_rows: int
+    counters: Counters
 
     def read(self, requests: Sequence[Key]) -> dict[Key, Window]:
         """Read the windows of ``requests`` together and put each in yield order."""
-        request = self.plan.window_read(requests)
-        dataset = source.open_snapshot(self.snapshot)
-        table = source.read_rows(
-            dataset, request.pieces, columns=self.columns, filter_index=self.filter_index
-        )
+        with timed(self.counters, "read"):
+            request = self.plan.window_read(requests)
+            dataset = source.open_snapshot(self.snapshot)
+            table = source.read_rows(
+                dataset, request.pieces, columns=self.columns, filter_index=self.filter_index
+            )
+        self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
         if self.transform is not None:
-            windows = [
-                TransformedRows(table, gather, self.transform, batch_rows=self.batch_rows)
-                for gather in request.gathers
-            ]
+            with timed(self.counters, "transform"):
+                windows = [
+                    TransformedRows(table, gather, self.transform, batch_rows=self.batch_rows)
+                    for gather in request.gathers
+                ]
         else:
             windows = list(Rows.gather(table, request.gathers))
         return dict(zip(requests, windows))
@@ -89,6 +94,7 @@ class SplitReaders:
         for key in wanted:
             self._scheduled[key] = future
             self._ahead[key[0]] = key[1] + 1
+        self._windows.counters.read_ahead = len(self._scheduled)
 
     def _enter(self, split: int, window: int) -> None:
         key = (split, window)
@@ -96,6 +102,7 @@ class SplitReaders:
             self._ahead[split] = window
             self._schedule()
         self._current[split] = self._scheduled.pop(key).result().pop(key)
+        self._windows.counters.read_ahead = len(self._scheduled)
         self._current_start[split] = window * self._window_rows
         if self._ahead[split] <= window + 1:
             self._schedule()
