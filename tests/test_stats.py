@@ -7,8 +7,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from helpers import make_table
 from streaming import StreamingDataLoader, StreamingDataset
+
+from helpers import make_table
 
 
 def double(batch: pa.RecordBatch):
