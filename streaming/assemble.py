@@ -1,44 +1,31 @@
-"""Vectorised batch assembly: the batch ``default_collate`` would build, without row dicts.
+"""Columnar batches: the batch ``default_collate`` would build, without row dicts.
 
 Inside a ``StreamingDataLoader`` with the default collate function and no
-``transform``, the dataset yields references ``(rows, index)`` into the windows it
-read instead of per-row dicts. ``assemble`` gathers each column for the whole batch
-with numpy and converts it once. Numeric columns become tensors directly; every
-other column is handed to ``default_collate`` as the list of values the per-row
-path would have given it, so the result is identical to
-``default_collate([row dicts])`` by construction.
+``transform``, the dataset yields whole batches as columns. A segment takes the
+same number of rows from each owned split's window and interleaves them in cycle
+order with one ``numpy.stack`` per column; batches are cut from consecutive
+segments. Numeric columns become tensors directly; every other column is handed to
+``default_collate`` as the list of values the per-row path would give it, so the
+result is identical to ``default_collate([row dicts])`` by construction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from operator import itemgetter
+from collections import deque
+from collections.abc import Generator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .rows import Rows
+from .iterate import CHUNK_ROWS, Progress
+from .reader import SplitReaders, WindowSource
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
-
-
-def _groups(refs: Sequence[tuple[Rows, int]]) -> list[tuple[Rows, np.ndarray, np.ndarray]]:
-    """(rows, positions in the batch, indices in rows) for each window in the batch."""
-    owners = list(map(itemgetter(0), refs))
-    keys = np.fromiter(map(id, owners), dtype=np.uint64, count=len(refs))
-    indices = np.fromiter(map(itemgetter(1), refs), dtype=np.int64, count=len(refs))
-    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    if len(unique) == 1:
-        return [(owners[0], np.arange(len(refs)), indices)]
-    order = np.argsort(inverse, kind="stable")
-    cuts = np.cumsum(np.bincount(inverse, minlength=len(unique)))[:-1]
-    return [
-        (owners[int(first[group])], positions, indices[positions])
-        for group, positions in enumerate(np.split(order, cuts))
-    ]
 
 
 def _vectorisable(column: Any) -> bool:
@@ -50,23 +37,131 @@ def _vectorisable(column: Any) -> bool:
     )
 
 
-def _gather(groups: list[tuple[Rows, np.ndarray, np.ndarray]], column: int, size: int, as_numpy: bool) -> Any:
-    arrays = [rows.columns[column] for rows, _, _ in groups]
-    if all(_vectorisable(array) for array in arrays):
-        first: np.ndarray = arrays[0]  # type: ignore[assignment]
-        out = np.empty((size, *first.shape[1:]), dtype=first.dtype)
-        for array, (_, positions, indices) in zip(arrays, groups):
-            out[positions] = array[indices]  # type: ignore[call-overload]
-        return out if as_numpy else torch.from_numpy(out)
-    values: list[Any] = [None] * size
-    for rows, positions, indices in groups:
-        source = rows.columns[column]
-        for position, index in zip(positions.tolist(), indices.tolist()):
-            values[position] = source[index]
+@dataclass
+class _Segment:
+    """``rows`` interleaved rows of ``splits`` (``rows / len(splits)`` cycles)."""
+
+    splits: list[int]
+    names: list[str]
+    columns: list[Any]
+    rows: int
+    taken: int = 0
+    committed: int = 0
+
+
+def _interleave(parts: list[Any]) -> Any:
+    """Rows of several splits' slices in cycle order (one from each, in turn)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(_vectorisable(part) for part in parts) and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
+        stacked = np.stack(parts, axis=1)
+        return stacked.reshape(-1, *stacked.shape[2:])
+    return [value for cycle in zip(*(list(part) for part in parts)) for value in cycle]
+
+
+def _segment(readers: SplitReaders, splits: list[int]) -> _Segment:
+    spans = [readers.span(split, CHUNK_ROWS) for split in splits]
+    count = min(stop - start for _, start, stop in spans)
+    for split, (_, start, stop) in zip(splits, spans):
+        readers.unread(split, stop - start - count)
+    names = spans[0][0].names  # type: ignore[union-attr]
+    columns = [
+        _interleave([window.columns[column][start : start + count] for window, start, _ in spans])  # type: ignore[union-attr]
+        for column in range(len(names))
+    ]
+    return _Segment(splits=list(splits), names=list(names), columns=columns, rows=count * len(splits))
+
+
+def _cut(segments: deque[_Segment], size: int) -> dict[str, list[Any]]:
+    """The next ``size`` rows (or fewer at the end) as per-column lists of pieces."""
+    pieces: dict[str, list[Any]] = {name: [] for name in segments[0].names}
+    wanted = size
+    for segment in segments:
+        if wanted == 0:
+            break
+        count = min(wanted, segment.rows - segment.taken)
+        for name, column in zip(segment.names, segment.columns):
+            pieces[name].append(column[segment.taken : segment.taken + count])
+        segment.taken += count
+        wanted -= count
+    return pieces
+
+
+def _commit(progress: Progress, segments: deque[_Segment]) -> None:
+    """Count the cycles whose every row is in a batch handed out; drop used segments."""
+    for segment in segments:
+        cycles = segment.taken // len(segment.splits)
+        if cycles > segment.committed:
+            progress.advance(segment.splits, cycles - segment.committed)
+            segment.committed = cycles
+    while segments and segments[0].taken == segments[0].rows:
+        segments.popleft()
+
+
+def iterate_batches(
+    windows: WindowSource,
+    splits: Sequence[int],
+    progress: Progress,
+    *,
+    io_threads: int,
+    batch_size: int,
+) -> Generator[dict[str, list[Any]], None, None]:
+    """Yield batches of ``batch_size`` rows in the order ``iterate_cycles`` gives.
+
+    Each batch is a dict of per-column pieces for ``finish``. ``progress`` counts
+    the completed cycles of the rows handed out, updated just before each yield.
+    """
+    executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
+    ordered = sorted(splits)
+    readers = SplitReaders(windows, {split: progress.positions[split] for split in ordered}, executor)
+    segments: deque[_Segment] = deque()
     try:
-        return default_collate(values)
-    except (TypeError, RuntimeError) as error:
-        raise TypeError(_unbatchable(groups[0][0].names[column], values, error)) from error
+        while True:
+            buffered = sum(segment.rows - segment.taken for segment in segments)
+            while buffered < batch_size:
+                active = [split for split in ordered if readers.remaining(split) > 0]
+                if not active:
+                    break
+                segments.append(_segment(readers, active))
+                buffered += segments[-1].rows
+            if buffered == 0:
+                return
+            batch = _cut(segments, batch_size)
+            _commit(progress, segments)
+            yield batch
+    finally:
+        readers.close()
+        executor.shutdown(wait=False, cancel_futures=True)
+
+
+def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str, Any]:
+    """The batch ``default_collate`` would make of these rows' dicts.
+
+    With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
+    them): a worker process sends small arrays through its result pipe several
+    times faster than tensors through shared memory.
+    """
+    batch: dict[str, Any] = {}
+    for name, parts in pieces.items():
+        if all(_vectorisable(part) for part in parts):
+            array = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            array = np.array(array)  # a fresh, writable, contiguous copy, as default_collate gives
+            batch[name] = array if as_numpy else torch.from_numpy(array)
+        else:
+            values = [value for part in parts for value in part]
+            try:
+                batch[name] = default_collate(values)
+            except (TypeError, RuntimeError) as error:
+                raise TypeError(_unbatchable(name, values, error)) from error
+    return batch
+
+
+def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
+    """Turn the numpy columns of a ``finish(..., as_numpy=True)`` batch into tensors."""
+    return {
+        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        for key, value in batch.items()
+    }
 
 
 def _unbatchable(name: str, values: list[Any], error: Exception) -> str:
@@ -82,23 +177,3 @@ def _unbatchable(name: str, values: list[Any], error: Exception) -> str:
         "convert them with transform= (called with each pyarrow.RecordBatch), pass a collate_fn=, "
         "or leave the column out with columns="
     )
-
-
-def assemble(refs: Sequence[tuple[Rows, int]], *, as_numpy: bool = False) -> dict[str, Any]:
-    """The batch ``default_collate`` would make from the referenced rows' dicts.
-
-    With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
-    them): a worker process sends small arrays through its result pipe several
-    times faster than tensors through shared memory.
-    """
-    groups = _groups(refs)
-    names = groups[0][0].names
-    return {name: _gather(groups, column, len(refs), as_numpy) for column, name in enumerate(names)}
-
-
-def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """Turn the numpy columns of an ``assemble(..., as_numpy=True)`` batch into tensors."""
-    return {
-        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-        for key, value in batch.items()
-    }

@@ -378,6 +378,10 @@ def _print_listing(lines: Sequence[str], *, show_all: bool) -> None:
         print(f"  ... {len(lines) - len(shown)} more (use --all)")
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def _ints(values: Sequence[int]) -> str:
     return ", ".join(map(str, values))
 
@@ -449,10 +453,10 @@ def _print_splits(dataset: Any, *, show_all: bool) -> None:
     surplus = total - num_splits * length
     kind = "live rows matching the filter" if dataset._options.filter else "live rows"
     print(f"table: {dataset.table_uri} at version {dataset.version}")
-    print(f"planned rows N = {total} ({kind}) in {len(plan.fragment_ids)} fragments")
+    print(f"planned rows N = {total} ({kind}) in {_count(len(plan.fragment_ids), 'fragment')}")
     print(
-        f"num_splits S = {num_splits}: split length L = N // S = {length}; {surplus} surplus "
-        f"row{'s' if surplus != 1 else ''} left out of epoch {dataset.epoch}"
+        f"num_splits S = {num_splits}: split length L = N // S = {length}; "
+        f"{_count(surplus, 'surplus row')} left out of epoch {dataset.epoch}"
     )
     touched = [_fragments_of_split(plan, split) for split in range(num_splits)]
     counts = [len(ids) for ids in touched]

@@ -91,30 +91,27 @@ def _pipe_sized(batch: dict[str, Any]) -> bool:
 class CommittingCollate:
     """Wraps a collate function: collate, then attach the iterator's progress.
 
-    With ``refs`` the item is a list of row references and ``assemble`` builds
-    the batch from it.
+    With ``columnar`` the item is already a whole batch of column pieces (see
+    ``assemble``), finished here without per-row work.
     """
 
-    def __init__(self, collate: Callable[[list[Any]], Any], token: str, *, refs: bool) -> None:
+    def __init__(self, collate: Callable[[list[Any]], Any], token: str, *, columnar: bool) -> None:
         self.collate = collate
         self.token = token
-        self.refs = refs
+        self.columnar = columnar
 
     def __call__(self, samples: list[Any]) -> Committed:
         from torch.utils.data import get_worker_info
 
-        if self.refs:
-            from .assemble import assemble
+        if self.columnar:
+            from .assemble import finish, to_tensors
 
             in_worker = get_worker_info() is not None
-            batch = assemble(samples, as_numpy=in_worker)
+            batch = finish(samples, as_numpy=in_worker)  # type: ignore[arg-type]
             numpy = in_worker and _pipe_sized(batch)
             if in_worker and not numpy:
-                from .assemble import to_tensors
-
                 batch = to_tensors(batch)  # large: shared memory beats the pipe
             return Committed(batch, snapshot(self.token) if in_worker else None, numpy=numpy)
-
         # In the trainer's own process (num_workers=0) the dataset's progress is
         # already the committed one; only worker processes send snapshots.
         in_worker = get_worker_info() is not None
@@ -129,8 +126,8 @@ class shipping:
 
     While it is active, iterators created for the dataset (in this process, or in
     worker processes the dataset is pickled for) are the loader's; with a positive
-    ``batch`` they yield whole batches of row references, which the loader's
-    collate assembles vectorised.
+    ``batch`` they yield whole columnar batches, which the loader's collate
+    finishes vectorised.
     """
 
     def __init__(self, token: str, *, batch: int) -> None:
@@ -150,5 +147,5 @@ def shipping_for_loader(token: str) -> bool:
 
 
 def loader_batch(token: str) -> int:
-    """Rows per batch of references the loader iterating ``token`` wants (0: row dicts)."""
+    """Rows per columnar batch the loader iterating ``token`` wants (0: row dicts)."""
     return _SHIPPING.get(token, 0)

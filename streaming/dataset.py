@@ -14,8 +14,9 @@ from typing import Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import commit, source, stats, watchdog
+from .assemble import iterate_batches
 from .errors import EpochCompleteWarning
-from .iterate import Progress, batched, is_running, iterate_cycles
+from .iterate import Progress, is_running, iterate_cycles
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
@@ -156,7 +157,7 @@ class StreamingDataset(IterableDataset[Any]):
         self._shipped = False  # pickled for worker processes of a plain DataLoader
         self._loader_iterator: weakref.ref[Any] | None = None
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
-        self._loader_batch = 0  # in copies sent to a loader that wants batches of references
+        self._loader_batch = 0  # in copies sent to a loader that wants columnar batches
         self._counters = Counters()  # reads of this process's iterators
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
         self._snapshot, handle = source.resolve(
@@ -171,7 +172,7 @@ class StreamingDataset(IterableDataset[Any]):
         if self._tag_snapshot:
             source.protect(self._snapshot)
         self._progress = Progress(self._options.num_splits)
-        self._active: Generator[Any, None, None] | None = None
+        self._active: Generator[Any, None, None] | None = None  # the running iterator
 
     # -- snapshot and plan -------------------------------------------------------
 
@@ -329,10 +330,14 @@ class StreamingDataset(IterableDataset[Any]):
             counters=self._counters,
         )
         batch = self._loader_batch or commit.loader_batch(self._token)
-        self._active = iterate_cycles(
-            windows, splits, self._progress, io_threads=self._options.io_queue_depth, refs=batch > 0
-        )
-        return batched(self._active, batch) if batch else self._active
+        threads = self._options.io_queue_depth
+        if batch:
+            self._active = iterate_batches(
+                windows, splits, self._progress, io_threads=threads, batch_size=batch
+            )
+        else:
+            self._active = iterate_cycles(windows, splits, self._progress, io_threads=threads)
+        return self._active
 
     def _attach(self, loader_iterator: Any) -> None:
         """Remember the StreamingDataLoader iterator whose workers read this dataset."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from itertools import islice
 from typing import Any
 
 from .reader import SplitReaders, WindowSource
@@ -60,6 +59,13 @@ class Progress:
             self._samples[split] = count
             self._positions[split] = position
 
+    def advance(self, splits: Sequence[int], cycles: int) -> None:
+        """Count ``cycles`` more completed cycles for ``splits`` (no open segment)."""
+        assert not self._segment, "advance() while a segment is open"
+        for split in splits:
+            self._samples[split] += cycles
+            self._positions[split] += cycles
+
     def begin(self, splits: Sequence[int]) -> None:
         """Start a segment in which ``splits`` advance one per completed cycle."""
         self.fold()
@@ -71,9 +77,9 @@ class Progress:
         self._segment, self.cycles = [], 0
 
 
-def _chunks(readers: SplitReaders, splits: Sequence[int], refs: bool) -> tuple[list[list[Any]], int]:
+def _chunks(readers: SplitReaders, splits: Sequence[int]) -> tuple[list[list[Any]], int]:
     """The next samples of every split, trimmed to the same count."""
-    chunks = [readers.take(split, CHUNK_ROWS, refs=refs) for split in splits]
+    chunks = [readers.take(split, CHUNK_ROWS) for split in splits]
     count = min(len(chunk) for chunk in chunks)
     for split, chunk in zip(splits, chunks):
         if len(chunk) > count:
@@ -88,15 +94,13 @@ def iterate_cycles(
     progress: Progress,
     *,
     io_threads: int,
-    refs: bool = False,
 ) -> Generator[Any, None, None]:
     """Yield cycle 0, 1, ...: one sample of each split that has not run out.
 
     Inside a cycle splits come in ascending order. ``progress`` moves just before
     the last sample of a cycle is handed out, so it always counts whole cycles;
     samples of a partial cycle are replayed after a resume. Closing the generator
-    stops the background reads. With ``refs`` (and no transform) it yields
-    ``(rows, index)`` references for ``assemble`` instead of row dicts.
+    stops the background reads.
     """
     executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
     ordered = sorted(splits)
@@ -106,7 +110,7 @@ def iterate_cycles(
             active = [split for split in ordered if readers.remaining(split) > 0]
             if not active:
                 return
-            chunks, count = _chunks(readers, active, refs)
+            chunks, count = _chunks(readers, active)
             progress.begin(active)
             width = len(active)
             rows = iter(chunks[0] if width == 1 else [row for cycle in zip(*chunks) for row in cycle])
@@ -119,22 +123,6 @@ def iterate_cycles(
         progress.fold()
         readers.close()
         executor.shutdown(wait=False, cancel_futures=True)
-
-
-def batched(rows: Generator[Any, None, None], size: int) -> Generator[list[Any], None, None]:
-    """Lists of ``size`` items of ``rows`` (the last may be shorter).
-
-    ``islice`` pulls each batch in C, and stops right after the batch's last item,
-    so the progress of ``rows`` describes exactly the batches handed out.
-    """
-    try:
-        while True:
-            batch = list(islice(rows, size))
-            if not batch:
-                return
-            yield batch
-    finally:
-        rows.close()
 
 
 def is_running(iterator: Generator[Any, None, None] | None) -> bool:

@@ -127,10 +127,10 @@ class StreamingDataLoader(DataLoader[Any]):
         in_order: bool = True,
     ) -> None:
         dataset = _check_dataset(dataset)
-        # Vectorised assembly gives default_collate's batch; it needs no transform. The
-        # dataset then yields whole batches of row references (no per-row fetching).
-        refs = collate_fn in (None, default_collate) and dataset._options.transform is None
-        refs = refs and batch_size is not None and batch_sampler is None
+        # Columnar batches equal default_collate's; they need no transform. The dataset
+        # then yields whole batches (no per-row fetching by the DataLoader).
+        columnar = collate_fn in (None, default_collate) and dataset._options.transform is None
+        columnar = columnar and batch_size is not None and batch_sampler is None
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
@@ -139,12 +139,14 @@ class StreamingDataLoader(DataLoader[Any]):
             )
         super().__init__(
             dataset,
-            batch_size=None if refs else batch_size,
+            batch_size=None if columnar else batch_size,
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
-            collate_fn=commit.CommittingCollate(collate_fn or default_collate, dataset._token, refs=refs),
+            collate_fn=commit.CommittingCollate(
+                collate_fn or default_collate, dataset._token, columnar=columnar
+            ),
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=timeout,
@@ -159,7 +161,7 @@ class StreamingDataLoader(DataLoader[Any]):
         object.__setattr__(self, "sampler", _EpochSampler(dataset))
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         self._streaming = dataset
-        self._refs = refs
+        self._columnar = columnar
         self._boundary: tuple[list[int], list[int]] | None = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -167,7 +169,9 @@ class StreamingDataLoader(DataLoader[Any]):
         dataset = self._streaming
         if self.num_workers > 0:
             _check_picklable(dataset._options.transform)
-        with commit.shipping(dataset._token, batch=self.batch_size if self._refs and self.batch_size else 0):
+        with commit.shipping(
+            dataset._token, batch=self.batch_size if self._columnar and self.batch_size else 0
+        ):
             batches = super().__iter__()
         self._boundary = self._streaming._boundary_counts()
         return _Committing(batches, self)

@@ -107,11 +107,10 @@ class SplitReaders:
         if self._ahead[split] <= window + 1:
             self._schedule()
 
-    def take(self, split: int, limit: int, *, refs: bool = False) -> list[Any]:
-        """Up to ``limit`` samples of ``split`` without crossing a window (at least one).
+    def span(self, split: int, limit: int) -> tuple[Window, int, int]:
+        """(window, start, stop): up to ``limit`` next rows of ``split`` in one window.
 
-        Call only while ``remaining(split)`` is positive. With ``refs``, returns
-        ``(rows, index)`` references instead of samples (see ``assemble``).
+        Advances the split past them. Call only while ``remaining(split)`` is positive.
         """
         position = self.positions[split]
         current = self._current.get(split)
@@ -121,9 +120,12 @@ class SplitReaders:
         offset = position - self._current_start[split]
         stop = min(len(current), offset + limit)
         self.positions[split] = position + stop - offset
-        if refs and isinstance(current, Rows):
-            return current.refs(offset, stop)
-        return current.samples(offset, stop)
+        return current, offset, stop
+
+    def take(self, split: int, limit: int) -> list[Any]:
+        """Up to ``limit`` samples of ``split`` without crossing a window (at least one)."""
+        window, start, stop = self.span(split, limit)
+        return window.samples(start, stop)
 
     def unread(self, split: int, count: int) -> None:
         """Give back the last ``count`` samples taken (they stay in the window)."""

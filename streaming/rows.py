@@ -10,7 +10,6 @@ Reordering copies, so the numpy data handed out is freshly allocated and writabl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -94,10 +93,6 @@ class Rows:
     def samples(self, start: int, stop: int) -> list[Sample]:
         """Row dicts for rows [start, stop)."""
         return self._build([column[start:stop] for column in self.columns])
-
-    def refs(self, start: int, stop: int) -> list[tuple[Rows, int]]:
-        """References ``(self, index)`` to rows [start, stop), for batch assembly."""
-        return list(zip(repeat(self, stop - start), range(start, stop)))
 
 
 def _reorder(column: Sequence[Any], order: np.ndarray) -> Sequence[Any]:

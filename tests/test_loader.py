@@ -361,10 +361,10 @@ def test_vectorised_batches_equal_per_row_default_collate(tmp_path, workers):
         return StreamingDataset(typed, num_splits=2, block_rows=4, shuffle_buffer_size=32)
 
     per_row = loader(make(), workers, batch_size=8, collate_fn=per_row_collate)
-    assert not per_row._refs
+    assert not per_row._columnar
     expected = list(per_row)
     fast = loader(make(), workers, batch_size=8)
-    assert fast._refs and fast.batch_size == 8
+    assert fast._columnar and fast.batch_size == 8
     assert_same_batches(list(fast), expected)
     if workers == 0:
         assert_same_batches(expected, list(DataLoader(make(), batch_size=8)))
