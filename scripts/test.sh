@@ -8,4 +8,5 @@ paths=(streaming tests)
 "$py" -m ruff check "${paths[@]}"
 "$py" -m ruff format --check "${paths[@]}"
 "$py" -m mypy streaming
+"$py" -m mkdocs build --strict --site-dir "$(mktemp -d)"
 "$py" -m pytest -q "$@"

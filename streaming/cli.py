@@ -194,7 +194,7 @@ def _bench(args: argparse.Namespace, extra: list[str]) -> int:
 # -- reading states --------------------------------------------------------------
 
 
-def read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], str | None]:
+def _read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], str | None]:
     """Load a validated state from a JSON file or a ``torch.save`` file.
 
     Returns the state and where it was found in the file (``None``: the file is the
@@ -280,7 +280,7 @@ def _at(container: object, where: str, path: Path) -> object:
 
 def _inspect(args: argparse.Namespace, extra: list[str]) -> int:
     """Print a checkpoint's epoch, progress, snapshot and settings."""
-    state, where = read_state(args.state, key=args.key)
+    state, where = _read_state(args.state, key=args.key)
     length, why = (None, "not checked (--no-table)") if args.no_table else _split_length(state, args)
     samples = state["samples_consumed_per_split"]
     num_splits, owned = state["num_splits"], state["owned_splits"]
@@ -310,12 +310,12 @@ def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int 
     """L of the snapshot the state pins, found by loading the state; else why not."""
     from .dataset import StreamingDataset
 
-    plan = state["plan"]
+    plan, storage_options = state["plan"], _storage_options(args.storage_option)
     try:
         dataset = StreamingDataset(
             state["table"]["uri"],
             version=state["table"]["version"],
-            storage_options=_storage_options(args.storage_option),
+            storage_options=storage_options,
             num_splits=state["num_splits"],
             shuffle=state["shuffle"],
             shuffle_seed=state["shuffle_seed"],
@@ -404,7 +404,7 @@ def _merge(args: argparse.Namespace, extra: list[str]) -> int:
     from .dataset import StreamingDataset
     from .distributed import save_state_dict
 
-    states = [read_state(path, key=args.key)[0] for path in args.states]
+    states = [_read_state(path, key=args.key)[0] for path in args.states]
     merged = StreamingDataset.merge_state_dicts(states, allow_lag=args.allow_lag)
     save_state_dict(merged, args.output)
     owned = len(merged["owned_splits"])
@@ -442,16 +442,16 @@ def _plan(args: argparse.Namespace, extra: list[str]) -> int:
         worker_splits(
             dataset.owned_splits(), worker=0, num_workers=args.num_workers, world_size=args.world_size
         )
-    _print_splits(dataset, show_all=args.all)
+    _print_splits(dataset, filtered=args.filter is not None, show_all=args.all)
     _print_topology(dataset, num_workers=args.num_workers, show_all=args.all)
     return 0
 
 
-def _print_splits(dataset: Any, *, show_all: bool) -> None:
+def _print_splits(dataset: Any, *, filtered: bool, show_all: bool) -> None:
     plan = dataset._plan  # streaming.plan.EpochPlan: the pure numbers of this epoch
     total, length, num_splits = plan.total_rows, plan.split_length, dataset.num_splits
     surplus = total - num_splits * length
-    kind = "live rows matching the filter" if dataset._options.filter else "live rows"
+    kind = "live rows matching the filter" if filtered else "live rows"
     print(f"table: {dataset.table_uri} at version {dataset.version}")
     print(f"planned rows N = {total} ({kind}) in {_count(len(plan.fragment_ids), 'fragment')}")
     print(

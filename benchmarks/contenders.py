@@ -1,0 +1,176 @@
+"""The throughput contenders of issue 6, each an iterator factory timed the same way.
+
+Every factory builds its dataset/loader inside the timed region (so time to first
+batch includes construction, the peer's permutation and worker start-up) and
+returns the iterator the trainer would loop over.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .measure import Caps, Run, time_items
+from .tables import TableRef
+
+BATCH_SIZE = 256
+NUM_SPLITS = 16
+NUM_WORKERS = 2
+
+Factory = Callable[[TableRef], Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A named way to read the table, and which peer contender it is compared with."""
+
+    key: str
+    label: str
+    make: Factory
+    per_row: bool
+    peer: str | None = None
+
+
+def _batch_rows(batch: Any) -> int:
+    """Rows of a batch: an Arrow RecordBatch or a dict of tensors."""
+    if isinstance(batch, pa.RecordBatch):
+        return batch.num_rows
+    return len(batch["id"])
+
+
+def _numpy_column(column: pa.Array) -> np.ndarray:
+    """A column as numpy: fixed-size lists become a 2-D array, one row per list."""
+    if pa.types.is_fixed_size_list(column.type):
+        width = column.type.list_size
+        return column.flatten().to_numpy(zero_copy_only=False).reshape(len(column), width)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _row_dict_batches(batches: Iterator[pa.RecordBatch], batch_size: int) -> Iterator[Any]:
+    """Raw Arrow batches -> one dict of numpy values per row -> ``default_collate``."""
+    from torch.utils.data import default_collate
+
+    pending: list[dict[str, Any]] = []
+    for batch in batches:
+        names = batch.schema.names
+        columns = [_numpy_column(batch.column(name)) for name in names]
+        for values in zip(*columns):
+            pending.append(dict(zip(names, values)))
+            if len(pending) == batch_size:
+                yield default_collate(pending)
+                pending = []
+    if pending:
+        yield default_collate(pending)
+
+
+def raw_scan(table: TableRef) -> Iterator[Any]:
+    """``lance.dataset(uri).to_batches()``: Arrow batches, no per-row work (the limit)."""
+    import lance
+
+    return iter(lance.dataset(table.uri).to_batches())
+
+
+def row_dicts(table: TableRef) -> Iterator[Any]:
+    """The raw scan turned into per-row dicts and collated in batches of 256."""
+    import lance
+
+    return _row_dict_batches(iter(lance.dataset(table.uri).to_batches()), BATCH_SIZE)
+
+
+def lance_torch(table: TableRef) -> Iterator[Any]:
+    """``lance.torch.data.LanceDataset(uri, batch_size=256)``: a sequential, unshuffled scan."""
+    from lance.torch.data import LanceDataset
+
+    return iter(LanceDataset(table.uri, batch_size=BATCH_SIZE))
+
+
+def peer_direct(table: TableRef) -> Iterator[Any]:
+    """``lancedb.streaming.StreamingDataset(num_splits=16, shuffle=True)`` iterated per row."""
+    from lancedb.streaming import StreamingDataset
+
+    return iter(StreamingDataset(table.open(), num_splits=NUM_SPLITS, shuffle=True))
+
+
+def _peer_loader(table: TableRef, workers: int) -> Iterator[Any]:
+    from lancedb.streaming import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(table.open(), num_splits=NUM_SPLITS, shuffle=True)
+    context = "spawn" if workers else None  # the default fork start method crashes its workers
+    loader = StreamingDataLoader(
+        dataset, batch_size=BATCH_SIZE, num_workers=workers, multiprocessing_context=context
+    )
+    return iter(loader)
+
+
+def peer_loader_k0(table: TableRef) -> Iterator[Any]:
+    """The peer's ``StreamingDataLoader(batch_size=256, num_workers=0)``."""
+    return _peer_loader(table, 0)
+
+
+def peer_loader_k2(table: TableRef) -> Iterator[Any]:
+    """The peer's ``StreamingDataLoader`` with 2 ``spawn`` workers."""
+    return _peer_loader(table, NUM_WORKERS)
+
+
+def ours_direct(table: TableRef) -> Iterator[Any]:
+    """``streaming.StreamingDataset(table, num_splits=16)`` iterated per row."""
+    from streaming import StreamingDataset
+
+    return iter(StreamingDataset(table.open(), num_splits=NUM_SPLITS))
+
+
+def _ours_loader(table: TableRef, workers: int) -> Iterator[Any]:
+    from streaming import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(table.open(), num_splits=NUM_SPLITS)
+    return iter(StreamingDataLoader(dataset, batch_size=BATCH_SIZE, num_workers=workers))
+
+
+def ours_loader_k0(table: TableRef) -> Iterator[Any]:
+    """``streaming.StreamingDataLoader(batch_size=256, num_workers=0)``."""
+    return _ours_loader(table, 0)
+
+
+def ours_loader_k2(table: TableRef) -> Iterator[Any]:
+    """``streaming.StreamingDataLoader`` with 2 workers and the default start method."""
+    return _ours_loader(table, NUM_WORKERS)
+
+
+CONTENDERS = (
+    Contender("raw_scan", "raw Lance scan -> Arrow (to_batches)", raw_scan, per_row=False),
+    Contender("row_dicts", "raw scan -> row dicts -> default_collate(256)", row_dicts, per_row=False),
+    Contender(
+        "lance_torch", "lance.torch LanceDataset(batch_size=256), unshuffled", lance_torch, per_row=False
+    ),
+    Contender("peer_direct", "peer StreamingDataset, direct per row", peer_direct, per_row=True),
+    Contender("peer_k0", "peer StreamingDataLoader(256), k=0", peer_loader_k0, per_row=False),
+    Contender("peer_k2", "peer StreamingDataLoader(256), k=2 spawn", peer_loader_k2, per_row=False),
+    Contender("ours_direct", "ours StreamingDataset, direct per row", ours_direct, True, "peer_direct"),
+    Contender("ours_k0", "ours StreamingDataLoader(256), k=0", ours_loader_k0, False, "peer_k0"),
+    Contender(
+        "ours_k2", "ours StreamingDataLoader(256), k=2 default start", ours_loader_k2, False, "peer_k2"
+    ),
+)
+
+
+def preload() -> None:
+    """Import what the contenders use, as a trainer would have before its first batch."""
+    for name in ("torch", "lance", "lance.torch.data", "lancedb", "lancedb.streaming", "streaming.loader"):
+        importlib.import_module(name)
+
+
+def run_contender(contender: Contender, table: TableRef, caps: Caps) -> Run:
+    """Measure one contender on ``table`` (in this process; workers are its children).
+
+    A contender that fails comes back as a run of 0 rows whose ``stopped_by`` says why.
+    """
+    size = None if contender.per_row else _batch_rows
+    try:
+        return time_items(lambda: contender.make(table), size=size, caps=caps)
+    except Exception as error:  # a crashing contender must not hide the others' numbers
+        return Run(0, float("nan"), 0, 0.0, f"failed: {type(error).__name__}: {error}"[:200])

@@ -1,0 +1,140 @@
+"""Timing and memory primitives: steady-state rates after the first item, RSS from /proc."""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+_CHECK_EVERY = 256  # per-row loops look at the clock once per this many rows
+
+
+@dataclass(frozen=True)
+class Caps:
+    """When to stop a contender: after ``rows`` rows or ``seconds`` of steady state."""
+
+    rows: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Run:
+    """One contender's measurement.
+
+    ``first_s`` runs from before the loader/dataset is built to the first item
+    (batch or sample); the steady-state rate counts only the rows after it.
+    """
+
+    rows: int
+    first_s: float
+    steady_rows: int
+    steady_s: float
+    stopped_by: str
+    note: str = ""
+
+    @property
+    def rate(self) -> float:
+        """Steady-state rows per second (0 when nothing came after the first item)."""
+        return self.steady_rows / self.steady_s if self.steady_s > 0 else 0.0
+
+
+def _drain_rows(items: Iterator[Any], caps: Caps, done: int) -> tuple[int, str]:
+    """Count per-row items until exhausted or a cap is hit; returns (rows, why stopped)."""
+    deadline = time.perf_counter() + caps.seconds
+    rows = 0
+    for _ in items:
+        rows += 1
+        if rows % _CHECK_EVERY == 0:
+            if done + rows >= caps.rows:
+                return rows, "row cap"
+            if time.perf_counter() >= deadline:
+                return rows, "time cap"
+    return rows, "end of epoch"
+
+
+def _drain_batches(
+    items: Iterator[Any], size: Callable[[Any], int], caps: Caps, done: int
+) -> tuple[int, str]:
+    """Count the rows of batch items until exhausted or a cap is hit."""
+    deadline = time.perf_counter() + caps.seconds
+    rows = 0
+    for item in items:
+        rows += size(item)
+        if done + rows >= caps.rows:
+            return rows, "row cap"
+        if time.perf_counter() >= deadline:
+            return rows, "time cap"
+    return rows, "end of epoch"
+
+
+def close_iterator(items: Any) -> str:
+    """Close a generator or a DataLoader iterator so its workers shut down.
+
+    Returns "" or what went wrong: a worker that dies while being shut down is
+    reported (torch raises from its SIGCHLD handler, after cleaning up) rather
+    than ending the benchmark.
+    """
+    try:
+        for name in ("close", "_shutdown_workers"):
+            method = getattr(items, name, None)
+            if callable(method):
+                method()
+    except RuntimeError as error:
+        return f"error while shutting down: {error}"
+    finally:
+        gc.collect()
+    return ""
+
+
+def time_items(make: Callable[[], Iterator[Any]], *, size: Callable[[Any], int] | None, caps: Caps) -> Run:
+    """Time ``make()`` to its first item, then the steady state until a cap or the end.
+
+    ``size(item)`` gives the rows of a batch item; ``None`` means one row per item.
+    """
+    start = time.perf_counter()
+    items = make()
+    try:
+        first = next(items)
+    except StopIteration:
+        return Run(
+            rows=0, first_s=time.perf_counter() - start, steady_rows=0, steady_s=0.0, stopped_by="empty"
+        )
+    first_s = time.perf_counter() - start
+    first_rows = 1 if size is None else size(first)
+    del first
+    steady_start = time.perf_counter()
+    if size is None:
+        steady_rows, stopped = _drain_rows(items, caps, first_rows)
+    else:
+        steady_rows, stopped = _drain_batches(items, size, caps, first_rows)
+    steady_s = time.perf_counter() - steady_start
+    note = close_iterator(items)
+    del items
+    gc.collect()
+    return Run(first_rows + steady_rows, first_s, steady_rows, steady_s, stopped, note)
+
+
+def proc_status_kib(field: str) -> int:
+    """A ``/proc/self/status`` memory field in KiB (``VmRSS``, ``VmHWM``)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
+    if match is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line")
+    return int(match.group(1))
+
+
+def reset_peak() -> int:
+    """Reset ``VmHWM`` to the current RSS (Linux ``clear_refs`` 5); return that RSS in KiB.
+
+    Without the reset (older kernels, no permission) the import peak may stay the
+    high-water mark, which can only overstate later growth.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+    except OSError:
+        pass
+    return proc_status_kib("VmRSS")
