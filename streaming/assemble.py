@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +21,7 @@ import torch
 from torch.utils.data import default_collate
 
 from .iterate import CHUNK_ROWS, Progress
-from .reader import SplitReaders, WindowSource
+from .reader import SplitReaders, WindowSource, open_readers
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -111,11 +110,10 @@ def iterate_batches(
     Each batch is a dict of per-column pieces for ``finish``. ``progress`` counts
     the completed cycles of the rows handed out, updated just before each yield.
     """
-    executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
     ordered = sorted(splits)
-    readers = SplitReaders(windows, {split: progress.positions[split] for split in ordered}, executor)
     segments: deque[_Segment] = deque()
-    try:
+    starts = {split: progress.positions[split] for split in ordered}
+    with open_readers(windows, starts, io_threads=io_threads) as readers:
         while True:
             buffered = sum(segment.rows - segment.taken for segment in segments)
             while buffered < batch_size:
@@ -129,9 +127,6 @@ def iterate_batches(
             batch = _cut(segments, batch_size)
             _commit(progress, segments)
             yield batch
-    finally:
-        readers.close()
-        executor.shutdown(wait=False, cancel_futures=True)
 
 
 def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str, Any]:

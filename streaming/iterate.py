@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .reader import SplitReaders, WindowSource
+from .reader import SplitReaders, WindowSource, open_readers
 
 CHUNK_ROWS = 512
 """Samples taken from each split at a time; they are interleaved in one go."""
@@ -102,27 +101,25 @@ def iterate_cycles(
     samples of a partial cycle are replayed after a resume. Closing the generator
     stops the background reads.
     """
-    executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
     ordered = sorted(splits)
-    readers = SplitReaders(windows, {split: progress.positions[split] for split in ordered}, executor)
-    try:
-        while True:
-            active = [split for split in ordered if readers.remaining(split) > 0]
-            if not active:
-                return
-            chunks, count = _chunks(readers, active)
-            progress.begin(active)
-            width = len(active)
-            rows = iter(chunks[0] if width == 1 else [row for cycle in zip(*chunks) for row in cycle])
-            for _ in range(count):
-                for _ in range(width - 1):
+    starts = {split: progress.positions[split] for split in ordered}
+    with open_readers(windows, starts, io_threads=io_threads) as readers:
+        try:
+            while True:
+                active = [split for split in ordered if readers.remaining(split) > 0]
+                if not active:
+                    return
+                chunks, count = _chunks(readers, active)
+                progress.begin(active)
+                width = len(active)
+                rows = iter(chunks[0] if width == 1 else [row for cycle in zip(*chunks) for row in cycle])
+                for _ in range(count):
+                    for _ in range(width - 1):
+                        yield next(rows)
+                    progress.cycles += 1
                     yield next(rows)
-                progress.cycles += 1
-                yield next(rows)
-    finally:
-        progress.fold()
-        readers.close()
-        executor.shutdown(wait=False, cancel_futures=True)
+        finally:
+            progress.fold()
 
 
 def is_running(iterator: Generator[Any, None, None] | None) -> bool:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,3 +138,15 @@ class SplitReaders:
             future.cancel()
         self._scheduled.clear()
         self._current.clear()
+
+
+@contextmanager
+def open_readers(windows: WindowSource, starts: dict[int, int], *, io_threads: int) -> Iterator[SplitReaders]:
+    """``SplitReaders`` with their own read threads, stopped when the block ends."""
+    executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
+    readers = SplitReaders(windows, starts, executor)
+    try:
+        yield readers
+    finally:
+        readers.close()
+        executor.shutdown(wait=False, cancel_futures=True)
