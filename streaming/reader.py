@@ -12,8 +12,9 @@ import pyarrow as pa
 
 from . import source
 from .plan import EpochPlan
-from .rows import Rows, TransformedRows
+from .rows import Rows
 from .stats import Counters, timed
+from .transformed import TransformedRows
 
 Window = Rows | TransformedRows
 Key = tuple[int, int]
