@@ -1,0 +1,24 @@
+"""``lance-streaming merge``: every rank's state into one that any topology resumes from."""
+
+from __future__ import annotations
+
+import argparse
+
+from .cli_states import read_state
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Merge the states of every rank of a run into one JSON state."""
+    from .dataset import StreamingDataset
+    from .distributed import save_state_dict
+
+    states = [read_state(path, key=args.key)[0] for path in args.states]
+    merged = StreamingDataset.merge_state_dicts(states, allow_lag=args.allow_lag)
+    save_state_dict(merged, args.output)
+    owned = len(merged["owned_splits"])
+    print(
+        f"merged {len(states)} states (epoch {merged['epoch']}, {owned} of "
+        f"{merged['num_splits']} splits owned, {sum(merged['samples_consumed_per_split'])} "
+        f"samples consumed) into {args.output}"
+    )
+    return 0
