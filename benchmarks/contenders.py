@@ -158,6 +158,69 @@ CONTENDERS = (
 )
 
 
+PassFactory = Callable[[TableRef], Callable[[int], Iterator[Any]]]
+
+
+def _back_to_back(start_pass: Callable[[int], Iterator[Any]], passes: int) -> Iterator[Any]:
+    """The items of ``passes`` passes, each started when the previous one ends."""
+    for index in range(passes):
+        yield from start_pass(index)
+
+
+def raw_scan_passes(table: TableRef) -> Callable[[int], Iterator[Any]]:
+    """A new ``to_batches()`` scan per pass (the handle is opened once)."""
+    import lance
+
+    dataset = lance.dataset(table.uri)
+    return lambda _: iter(dataset.to_batches())
+
+
+def lance_torch_passes(table: TableRef) -> Callable[[int], Iterator[Any]]:
+    """A new ``LanceDataset(uri, batch_size=256)`` iterator per pass."""
+    from lance.torch.data import LanceDataset
+
+    dataset = LanceDataset(table.uri, batch_size=BATCH_SIZE)
+    return lambda _: iter(dataset)
+
+
+def ours_k0_passes(table: TableRef) -> Callable[[int], Iterator[Any]]:
+    """Ours, k=0: epoch ``p`` of the same dataset per pass (``set_epoch(p)``, a new iterator)."""
+    from streaming import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(table.open(), num_splits=NUM_SPLITS)
+    loader = StreamingDataLoader(dataset, batch_size=BATCH_SIZE)
+
+    def start(index: int) -> Iterator[Any]:
+        loader.set_epoch(index)
+        return iter(loader)
+
+    return start
+
+
+@dataclass(frozen=True)
+class Sustained:
+    """A contender streamed over several passes of the table back to back."""
+
+    key: str
+    label: str
+    passes: PassFactory
+
+
+SUSTAINED = (
+    Sustained("raw_scan", "raw Lance scan -> Arrow (to_batches)", raw_scan_passes),
+    Sustained("lance_torch", "lance.torch LanceDataset(batch_size=256), unshuffled", lance_torch_passes),
+    Sustained("ours_k0", "ours StreamingDataLoader(256), k=0 (a new epoch per pass)", ours_k0_passes),
+)
+
+
+def run_sustained(sustained: Sustained, table: TableRef, caps: Caps, *, passes: int) -> Run:
+    """Measure ``passes`` back-to-back passes like one contender (steady state after the first batch)."""
+    try:
+        return time_items(lambda: _back_to_back(sustained.passes(table), passes), size=_batch_rows, caps=caps)
+    except Exception as error:  # a crashing contender must not hide the others' numbers
+        return Run(0, float("nan"), 0, 0.0, f"failed: {type(error).__name__}: {error}"[:200])
+
+
 def preload() -> None:
     """Import what the contenders use, as a trainer would have before its first batch."""
     for name in ("torch", "lance", "lance.torch.data", "lancedb", "lancedb.streaming", "streaming.loader"):

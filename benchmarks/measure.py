@@ -1,9 +1,12 @@
-"""Timing and memory primitives: steady-state rates after the first item, RSS from /proc."""
+"""Timing and memory primitives: steady-state rates after the first item, CPU and RSS from /proc."""
 
 from __future__ import annotations
 
 import gc
+import math
+import os
 import re
+import resource
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,11 +37,22 @@ class Run:
     steady_s: float
     stopped_by: str
     note: str = ""
+    cpu_s: float = math.nan
 
     @property
     def rate(self) -> float:
         """Steady-state rows per second (0 when nothing came after the first item)."""
         return self.steady_rows / self.steady_s if self.steady_s > 0 else 0.0
+
+    @property
+    def cpu_per_row_us(self) -> float:
+        """CPU time of the whole process tree per steady-state row, in microseconds."""
+        return self.cpu_s / self.steady_rows * 1e6 if self.steady_rows else math.nan
+
+    @property
+    def cores(self) -> float:
+        """Cores the process tree kept busy on average during the steady state."""
+        return self.cpu_s / self.steady_s if self.steady_s > 0 else math.nan
 
 
 def _drain_rows(items: Iterator[Any], caps: Caps, done: int) -> tuple[int, str]:
@@ -89,10 +103,59 @@ def close_iterator(items: Any) -> str:
     return ""
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: str) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a process from ``/proc/PID/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def tree_cpu_seconds() -> tuple[float, frozenset[int]]:
+    """CPU seconds used so far by this process and its live descendants, and their pids.
+
+    This process's time (all threads) comes from ``getrusage`` (microseconds); its
+    descendants' (loader workers: a forkserver's workers are its children, so the
+    whole tree is walked) from ``/proc/PID/stat``, in clock ticks. A descendant's
+    time is lost once it exits, so callers compare the pids. NaN without ``/proc``.
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    total = usage.ru_utime + usage.ru_stime
+    try:
+        pids = [name for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return math.nan, frozenset()
+    stats = {int(pid): stat for pid in pids if (stat := _stat(pid)) is not None}
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    seen, todo = set(), list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        seen.add(pid)
+        total += stats[pid][1]
+        todo.extend(children.get(pid, []))
+    return total, frozenset(seen)
+
+
+def _cpu_between(start: tuple[float, frozenset[int]], stop: tuple[float, frozenset[int]]) -> float:
+    """CPU seconds between two ``tree_cpu_seconds`` readings; NaN if a descendant exited."""
+    if not start[1] <= stop[1]:
+        return math.nan
+    return stop[0] - start[0]
+
+
 def time_items(make: Callable[[], Iterator[Any]], *, size: Callable[[Any], int] | None, caps: Caps) -> Run:
     """Time ``make()`` to its first item, then the steady state until a cap or the end.
 
     ``size(item)`` gives the rows of a batch item; ``None`` means one row per item.
+    The CPU time of the process tree is taken over the same steady state (NaN
+    when a worker process exited before its end, e.g. at the end of an epoch).
     """
     start = time.perf_counter()
     items = make()
@@ -105,16 +168,18 @@ def time_items(make: Callable[[], Iterator[Any]], *, size: Callable[[Any], int] 
     first_s = time.perf_counter() - start
     first_rows = 1 if size is None else size(first)
     del first
+    cpu_start = tree_cpu_seconds()
     steady_start = time.perf_counter()
     if size is None:
         steady_rows, stopped = _drain_rows(items, caps, first_rows)
     else:
         steady_rows, stopped = _drain_batches(items, size, caps, first_rows)
     steady_s = time.perf_counter() - steady_start
+    cpu_s = _cpu_between(cpu_start, tree_cpu_seconds())
     note = close_iterator(items)
     del items
     gc.collect()
-    return Run(first_rows + steady_rows, first_s, steady_rows, steady_s, stopped, note)
+    return Run(first_rows + steady_rows, first_s, steady_rows, steady_s, stopped, note, cpu_s)
 
 
 def proc_status_kib(field: str) -> int:

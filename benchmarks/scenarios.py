@@ -118,17 +118,18 @@ class MixingRow:
     wide_rate: float
     rows_measured: int
     ratio: float
+    loader_rate: float = float("nan")
 
 
 def mixing_row(
     sorted_table: TableRef, wide_table: TableRef, *, labels: int, block_rows: int, caps: Caps
 ) -> MixingRow:
-    """Rows/s and mixing ratio of ours for one ``block_rows`` at the default shuffle buffer.
+    """Rows/s (direct and loader) and mixing ratio of ours for one ``block_rows``.
 
-    The ratio compares the measured batches with as many rows of a uniform random
-    permutation of the same labels (seed 0).
+    The shuffle buffer is the default one. The ratio compares the measured batches
+    with as many rows of a uniform random permutation of the same labels (seed 0).
     """
-    from streaming import StreamingDataset
+    from streaming import StreamingDataLoader, StreamingDataset
 
     seen, sorted_rate = _stream_labels(sorted_table, block_rows, caps)
     every = np.arange(sorted_table.rows, dtype=np.int64) * labels // sorted_table.rows
@@ -139,4 +140,14 @@ def mixing_row(
         size=None,
         caps=caps,
     )
-    return MixingRow(block_rows, sorted_rate, wide.rate, len(seen), ratio)
+    loader = time_items(
+        lambda: iter(
+            StreamingDataLoader(
+                StreamingDataset(wide_table.open(), num_splits=NUM_SPLITS, block_rows=block_rows),
+                batch_size=BATCH_SIZE,
+            )
+        ),
+        size=lambda batch: len(batch["id"]),
+        caps=caps,
+    )
+    return MixingRow(block_rows, sorted_rate, wide.rate, len(seen), ratio, loader.rate)

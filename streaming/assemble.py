@@ -2,9 +2,11 @@
 
 Inside a ``StreamingDataLoader`` with the default collate function and no
 ``transform``, the dataset yields whole batches as columns. A segment takes the
-same number of rows from each owned split's window and interleaves them in cycle
-order with one ``numpy.stack`` per column; batches are cut from consecutive
-segments. Numeric columns become tensors directly; every other column is handed to
+same number of rows from each owned split's window and interleaves their row
+indices in cycle order; batches are cut from consecutive segments as index
+slices, and ``finish`` copies each numeric column's rows out of the read's
+storage with one gather per batch (the only copy after the read is converted).
+Numeric columns become tensors directly; every other column is handed to
 ``default_collate`` as the list of values the per-row path would give it, so the
 result is identical to ``default_collate([row dicts])`` by construction.
 """
@@ -21,7 +23,8 @@ import torch
 from torch.utils.data import default_collate
 
 from .iterate import CHUNK_ROWS, Progress
-from .reader import SplitReaders, WindowSource, open_readers
+from .reader import SplitReaders, Window, WindowSource, open_readers
+from .rows import Rows, gather
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -34,6 +37,24 @@ def _vectorisable(column: Any) -> bool:
         and column.dtype not in _UNSUPPORTED
         and column.dtype.isnative
     )
+
+
+@dataclass(frozen=True)
+class _Gathered:
+    """Rows ``indices`` of a storage column: copied only when the batch is finished."""
+
+    column: Any
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, part: slice) -> _Gathered:
+        return _Gathered(self.column, self.indices[part])
+
+    def values(self) -> Any:
+        """The rows themselves, freshly gathered."""
+        return gather(self.column, self.indices)
 
 
 @dataclass
@@ -58,16 +79,36 @@ def _interleave(parts: list[Any]) -> Any:
     return [value for cycle in zip(*(list(part) for part in parts)) for value in cycle]
 
 
+def _shared_storage(windows: Sequence[Window]) -> list[Rows] | None:
+    """``windows`` as ``Rows`` if they all gather from one read's storage, else None."""
+    rows = [window for window in windows if isinstance(window, Rows) and window.order is not None]
+    if len(rows) == len(windows) and all(window.storage is rows[0].storage for window in rows):
+        return rows
+    return None
+
+
 def _segment(readers: SplitReaders, splits: list[int]) -> _Segment:
     spans = [readers.span(split, CHUNK_ROWS) for split in splits]
     count = min(stop - start for _, start, stop in spans)
     for split, (_, start, stop) in zip(splits, spans):
         readers.unread(split, stop - start - count)
-    names = spans[0][0].names  # type: ignore[union-attr]
-    columns = [
-        _interleave([window.columns[column][start : start + count] for window, start, _ in spans])  # type: ignore[union-attr]
-        for column in range(len(names))
-    ]
+    starts = [start for _, start, _ in spans]
+    shared = _shared_storage([window for window, _, _ in spans])
+    columns: list[Any]
+    if shared is not None:  # the usual case: the splits' windows came from one read
+        parts = [window.indices(start, start + count) for window, start in zip(shared, starts)]
+        indices = parts[0] if len(parts) == 1 else np.stack(parts, axis=1).reshape(-1)
+        names = shared[0].names
+        columns = [_Gathered(column, indices) for column in shared[0].storage.columns]
+    else:  # splits at different windows (after a lagged resume): gather, then interleave
+        rows = [window for window, _, _ in spans if isinstance(window, Rows)]
+        if len(rows) != len(spans):
+            raise TypeError("columnar batches need windows of rows (no transform)")
+        names = rows[0].names
+        columns = [
+            _interleave([window.column(index, start, start + count) for window, start in zip(rows, starts)])
+            for index in range(len(names))
+        ]
     return _Segment(splits=list(splits), names=list(names), columns=columns, rows=count * len(splits))
 
 
@@ -138,9 +179,13 @@ def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str,
     """
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
-        if all(_vectorisable(part) for part in parts):
-            array = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            array = np.array(array)  # a fresh, writable, contiguous copy, as default_collate gives
+        array = _gather_once(parts)
+        if array is None:
+            parts = [part.values() if isinstance(part, _Gathered) else part for part in parts]
+            if all(_vectorisable(part) for part in parts):
+                # a fresh, writable, contiguous copy, as default_collate gives
+                array = np.array(parts[0]) if len(parts) == 1 else np.concatenate(parts)
+        if array is not None:
             batch[name] = array if as_numpy else torch.from_numpy(array)
         else:
             values = [value for part in parts for value in part]
@@ -149,6 +194,18 @@ def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str,
             except (TypeError, RuntimeError) as error:
                 raise TypeError(_unbatchable(name, values, error)) from error
     return batch
+
+
+def _gather_once(parts: list[Any]) -> np.ndarray | None:
+    """One fresh array of a numeric column whose pieces all gather from one storage column."""
+    first = parts[0]
+    if not isinstance(first, _Gathered) or not _vectorisable(first.column):
+        return None
+    if not all(isinstance(part, _Gathered) and part.column is first.column for part in parts):
+        return None
+    indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
+    result: np.ndarray = gather(first.column, indices)  # type: ignore[assignment]
+    return result
 
 
 def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Reading windows of owned splits: one Lance take per fragment, one window read ahead."""
+"""Reading windows of owned splits: parallel Lance takes per fragment, one window read ahead."""
 
 from __future__ import annotations
 
@@ -32,13 +32,20 @@ class WindowSource:
     batch_rows: int
     counters: Counters
 
-    def read(self, requests: Sequence[Key]) -> dict[Key, Window]:
-        """Read the windows of ``requests`` together and put each in yield order."""
+    def read(self, requests: Sequence[Key], *, executor: Executor | None = None) -> dict[Key, Window]:
+        """Read the windows of ``requests`` together and put each in yield order.
+
+        With ``executor`` the per-fragment takes run on its threads, several at once.
+        """
         with timed(self.counters, "read"):
             request = self.plan.window_read(requests)
             dataset = source.open_snapshot(self.snapshot)
             table = source.read_rows(
-                dataset, request.pieces, columns=self.columns, filter_index=self.filter_index
+                dataset,
+                request.pieces,
+                columns=self.columns,
+                filter_index=self.filter_index,
+                executor=executor,
             )
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
@@ -58,7 +65,10 @@ class SplitReaders:
 
     Windows that the splits need next are read together in the background: when
     a split moves into a new window, the next window of every split that has none
-    scheduled is requested in one read. Memory is about two windows per split.
+    scheduled is requested in one read. Memory is about two windows per split:
+    the windows of one read share its converted columns, which live until the
+    last of them is consumed (splits that advance in step, as they do unless a
+    lagged state was loaded, leave their windows together).
     """
 
     def __init__(
@@ -66,9 +76,11 @@ class SplitReaders:
         windows: WindowSource,
         starts: dict[int, int],
         executor: Executor,
+        takes: Executor | None = None,
     ) -> None:
         self._windows = windows
         self._executor = executor
+        self._takes = takes
         self._length = windows.plan.split_length
         self._window_rows = windows.plan.settings.window_rows
         self.positions = dict(starts)
@@ -92,7 +104,7 @@ class SplitReaders:
         ]
         if not wanted:
             return
-        future = self._executor.submit(self._windows.read, wanted)
+        future = self._executor.submit(self._windows.read, wanted, executor=self._takes)
         for key in wanted:
             self._scheduled[key] = future
             self._ahead[key[0]] = key[1] + 1
@@ -143,11 +155,17 @@ class SplitReaders:
 
 @contextmanager
 def open_readers(windows: WindowSource, starts: dict[int, int], *, io_threads: int) -> Iterator[SplitReaders]:
-    """``SplitReaders`` with their own read threads, stopped when the block ends."""
+    """``SplitReaders`` with their own read threads, stopped when the block ends.
+
+    ``io_threads`` threads read windows and as many run the per-fragment takes of
+    those reads (two pools, so a read waiting for its takes never starves them).
+    """
     executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
-    readers = SplitReaders(windows, starts, executor)
+    takes = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-take")
+    readers = SplitReaders(windows, starts, executor, takes)
     try:
         yield readers
     finally:
         readers.close()
         executor.shutdown(wait=False, cancel_futures=True)
+        takes.shutdown(wait=False, cancel_futures=True)

@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,19 +247,43 @@ def read_rows(
     *,
     columns: Sequence[str],
     filter_index: FilterIndex | None,
+    executor: Executor | None = None,
 ) -> pa.Table:
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
-    One ``take`` per fragment; runs of consecutive offsets read as contiguous ranges.
+    One ``take`` per fragment (Lance reads runs of consecutive offsets as ranges).
+    With ``executor`` the takes run on its threads, several at once: a take
+    releases the GIL while Lance reads, so they overlap each other and the trainer.
     """
-    tables = []
-    for fragment_id, planned in pieces:
+    names = list(columns)
+
+    def take(piece: tuple[int, np.ndarray]) -> pa.Table:
+        fragment_id, planned = piece
         offsets = planned if filter_index is None else filter_index.live_offsets(fragment_id, planned)
         fragment = dataset.get_fragment(int(fragment_id))
-        tables.append(fragment.take(np.asarray(offsets, dtype=np.int64), columns=list(columns)))
+        return fragment.take(np.asarray(offsets, dtype=np.int64), columns=names)
+
+    if executor is None:
+        tables = [take(piece) for piece in pieces]
+    else:
+        tables = list(executor.map(take, _cut_pieces(pieces)))
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables)
+
+
+_TAKE_ROWS = 8192
+"""Offsets per parallel take: large fragment pieces are cut so that reads of few,
+big fragments still spread over the read threads (a take costs ~0.1 ms in Lance)."""
+
+
+def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
+    """``pieces`` with any longer than ``_TAKE_ROWS`` offsets cut into consecutive parts."""
+    result = []
+    for fragment_id, planned in pieces:
+        for start in range(0, max(len(planned), 1), _TAKE_ROWS):
+            result.append((fragment_id, planned[start : start + _TAKE_ROWS]))
+    return result
 
 
 def tag_name(version: int) -> str:

@@ -23,6 +23,7 @@ CONTENDER_LABELS = (
 SECTIONS = (
     "## Targets of issue 6",
     "## Throughput",
+    "## Sustained throughput",
     "## Start-up at scale",
     "## The pure plan at scale",
     "## Resume",
@@ -44,9 +45,14 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     text = out.read_text(encoding="utf-8")
     missing = [name for name in CONTENDER_LABELS + SECTIONS if name not in text]
     assert not missing, f"{out} lacks {missing}"
-    throughput = text.split("## Throughput")[1].split("## Start-up")[0]
+    throughput = text.split("## Throughput")[1].split("## Sustained")[0]
     ours = [line for line in throughput.splitlines() if line.startswith("| ours")]
     assert len(ours) == 3 and not [line for line in ours if "failed:" in line], ours
+    sustained = text.split("## Sustained throughput")[1].split("## Start-up")[0]
+    rows = [line for line in sustained.splitlines() if line.startswith(("| raw", "| lance", "| ours"))]
+    assert len(rows) == 3 and not [line for line in rows if "failed:" in line], rows
+    plain = text.split("In plain words:")[1].split("## Throughput")[0]
+    assert plain.count("\n- ") == text.split("## Targets")[1].split("In plain words")[0].count("\n| ") - 2
     assert "PASS" in text or "FAIL" in text
     assert (tmp_path / "b.png").stat().st_size > 0
     assert "| raw Lance scan" in done.stdout, "the tables are printed to stdout too"

@@ -1,0 +1,120 @@
+"""The read path (source.read_rows, rows, assemble): fast paths give the plain results."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import default_collate
+
+from streaming import StreamingDataLoader, StreamingDataset, source
+from streaming.rows import Rows
+
+from helpers import json_roundtrip, make_table
+
+
+def _chunked_table() -> pa.Table:
+    """Three chunks (as a read of three fragments gives) of every converted kind."""
+    parts = []
+    for start in (0, 5, 12):
+        ids = np.arange(start, start + (5 if start < 12 else 4), dtype=np.int64)
+        vectors = pa.array(np.repeat(ids, 3).astype(np.float32))
+        parts.append(
+            pa.table(
+                {
+                    "id": ids,
+                    "flag": ids % 2 == 0,
+                    "vec": pa.FixedSizeListArray.from_arrays(vectors, 3),
+                    "pair": pa.array([[int(i), int(i) + 1] for i in ids], pa.list_(pa.int64())),
+                    "text": pa.array([f"t{i}" for i in ids]),
+                    "maybe": pa.array([None if i % 4 == 0 else int(i) for i in ids], pa.int64()),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def _plain_samples(table: pa.Table, order: np.ndarray) -> list[dict]:
+    """Reference: the rows of ``table`` at ``order`` as Python values."""
+    rows = table.to_pylist()
+    return [rows[i] for i in order.tolist()]
+
+
+def _as_python(value):
+    return value.tolist() if isinstance(value, np.ndarray | np.generic) else value
+
+
+def test_rows_gather_each_order_of_a_chunked_table():
+    table = _chunked_table()
+    assert table.column("id").num_chunks == 3
+    rng = np.random.default_rng(0)
+    orders = [rng.permutation(table.num_rows)[:9], rng.permutation(table.num_rows)]
+    windows = Rows.gather(table, orders)
+    for window, order in zip(windows, orders):
+        assert len(window) == len(order)
+        expected = _plain_samples(table, order)
+        got = window.samples(0, len(window))
+        assert [{k: _as_python(v) for k, v in row.items()} for row in got] == expected
+        assert isinstance(got[0]["id"], np.int64) and got[0]["vec"].shape == (3,)
+        assert got[0]["vec"].flags.writeable, "handed-out arrays are fresh copies"
+        # columns: whole columns in yield order, sliceable, the same values again
+        assert [_as_python(v) for v in window.columns[0][2:5]] == [row["id"] for row in expected[2:5]]
+        assert [_as_python(row["id"]) for row in window.samples(3, 5)] == [r["id"] for r in expected[3:5]]
+    assert windows[0].storage is windows[1].storage, "one conversion shared by the windows of a read"
+
+
+def test_rows_from_columns_keeps_the_old_constructor():
+    window = Rows(["a", "b"], [np.arange(4), ["w", "x", "y", "z"]])
+    assert len(window) == 4 and window.names == ["a", "b"]
+    assert [row["b"] for row in window.samples(1, 3)] == ["x", "y"]
+    assert window.columns[0][1:3].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("filtered", [False, True])
+def test_parallel_takes_read_what_serial_takes_read(tmp_path, monkeypatch, filtered):
+    uri = make_table(tmp_path / "t.lance", [300, 7, 260], deleted=[3, 4, 5, 301, 400])
+    dataset = lance.dataset(uri)
+    monkeypatch.setattr(source, "_TAKE_ROWS", 64)  # cut the large pieces into several takes
+    index = source.build_filter_index(dataset, "id % 3 = 0") if filtered else None
+    ids, counts = source.fragment_rows(dataset)
+    if index is not None:
+        ids, counts = index.ids.tolist(), index.counts()
+    rng = np.random.default_rng(1)
+    pieces = [
+        (fragment, np.sort(rng.choice(count, size=count * 2 // 3, replace=False)))
+        for fragment, count in zip(ids, counts)
+        if count
+    ]
+    columns = ["id", "vec", "text"]
+    serial = source.read_rows(dataset, pieces, columns=columns, filter_index=index)
+    with ThreadPoolExecutor(3) as executor:
+        parallel = source.read_rows(dataset, pieces, columns=columns, filter_index=index, executor=executor)
+    assert parallel.equals(serial)
+    assert serial.num_rows == sum(len(offsets) for _, offsets in pieces)
+
+
+def test_loader_batches_equal_default_collate_when_splits_are_at_different_windows(tmp_path):
+    """After a lagged resume the splits' windows come from different reads (the slow path)."""
+    uri = make_table(tmp_path / "t.lance", [40, 33, 50], deleted=[7, 90])
+
+    def make() -> StreamingDataset:
+        return StreamingDataset(uri, num_splits=3, block_rows=4, shuffle_buffer_size=24)
+
+    state = json_roundtrip(make().state_dict())
+    state["samples_consumed_per_split"] = [0, 9, 21]
+    state["positions_consumed_per_split"] = [0, 9, 21]
+    per_row, fast = make(), make()
+    per_row.load_state_dict(state)
+    fast.load_state_dict(state)
+    rows = list(per_row)
+    batches = list(StreamingDataLoader(fast, batch_size=5))
+    expected = [default_collate(rows[i : i + 5]) for i in range(0, len(rows), 5)]
+    assert len(batches) == len(expected)
+    for index, (mine, plain) in enumerate(zip(batches, expected)):
+        for key in ("id", "label", "vec"):
+            assert torch.equal(mine[key], plain[key]), (index, key)
+        assert mine["text"] == plain["text"], index
