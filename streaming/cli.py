@@ -15,7 +15,6 @@ from typing import Any
 
 from . import cli_inspect, cli_merge, cli_plan, cli_run
 from .cli_common import FAILURES, one_line
-from .cli_plan import _fragments_of_split as _fragments_of_split  # tests/test_cli.py imports it from here
 
 # The parser and the exit codes live here; each command lives in its own module:
 # cli_inspect, cli_merge, cli_plan, cli_run (demo, bench), reading states in

@@ -343,6 +343,21 @@ class StreamingDataset(IterableDataset[Any]):
         """Remember the StreamingDataLoader iterator whose workers read this dataset."""
         self._loader_iterator = weakref.ref(loader_iterator)
 
+    def _close_if_delivered(self) -> None:
+        """Close open iterators when every owned split was delivered to the end.
+
+        Frameworks such as Lightning stop after ``len(loader)`` batches without
+        asking for the end of the epoch; such an iterator has nothing left to give.
+        """
+        if len(self) > 0:
+            return
+        loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
+        if loader_iterator is not None:
+            loader_iterator.close()
+        if is_running(self._active):
+            assert self._active is not None
+            self._active.close()
+
     def _require_idle(self, action: str) -> None:
         loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
         if is_running(self._active) or (loader_iterator is not None and loader_iterator.active):
@@ -362,6 +377,7 @@ class StreamingDataset(IterableDataset[Any]):
             raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
         if epoch == self._epoch:
             return
+        self._close_if_delivered()
         self._require_idle(f"set_epoch({epoch})")
         self._plan = EpochPlan(*self._fragments, self._settings(epoch))
         self._epoch = epoch

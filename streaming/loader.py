@@ -15,6 +15,7 @@ from .dataset import StreamingDataset
 from .plan import worker_splits
 
 _SAFE_METHODS = ("forkserver", "spawn")
+_LEN_COUNTS = ("remaining", "epoch")
 
 
 def _start_method(context: Any) -> Any:
@@ -97,10 +98,15 @@ class StreamingDataLoader(DataLoader[Any]):
     ``multiprocessing_context`` workers start with forkserver (else spawn); fork is
     refused because Lance is not fork-safe.
 
+    ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` (the
+    default) is the batches the next iteration really yields; ``"epoch"`` is the
+    batches of this rank's whole epoch, what Lightning expects after a restore (it
+    subtracts the batches it already ran). Neither changes what is yielded.
+
     Raises:
         TypeError: ``dataset`` is not a ``StreamingDataset`` or overrides
             ``__iter__``.
-        ValueError: ``in_order=False``, ``persistent_workers=True``,
+        ValueError: an unknown ``len_counts``, ``in_order=False``, ``persistent_workers=True``,
             ``drop_last=True``, a fork context, or a worker count that does not
             divide the rank's splits.
     """
@@ -125,8 +131,14 @@ class StreamingDataLoader(DataLoader[Any]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        len_counts: str = "remaining",
     ) -> None:
         dataset = _check_dataset(dataset)
+        if len_counts not in _LEN_COUNTS:
+            raise ValueError(
+                f"len_counts must be one of {', '.join(map(repr, _LEN_COUNTS))}, got {len_counts!r}; "
+                "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
+            )
         # Columnar batches equal default_collate's; they need no transform. The dataset
         # then yields whole batches (no per-row fetching by the DataLoader).
         columnar = collate_fn in (None, default_collate) and dataset._options.transform is None
@@ -163,6 +175,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming = dataset
         self._columnar = columnar
         self._boundary: tuple[list[int], list[int]] | None = None
+        self._len_counts = len_counts
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """Yield batches; each one's progress is committed as it is returned."""
@@ -183,10 +196,16 @@ class StreamingDataLoader(DataLoader[Any]):
             self._boundary = counts
 
     def __len__(self) -> int:
-        """Batches the next iteration yields, counting every worker's short last batch."""
+        """Batches the next iteration yields, counting every worker's short last batch.
+
+        With ``len_counts="epoch"``: the batches of this rank's whole epoch instead,
+        however much of it was delivered (as torchdata and Lightning count).
+        """
         dataset, batch_size = self._streaming, self.batch_size or 1
         workers = max(1, self.num_workers)
         length, positions = dataset.split_length, dataset._progress.positions
+        if self._len_counts == "epoch":
+            positions = [0] * len(positions)
         total = 0
         for worker in range(workers):
             splits = worker_splits(
@@ -226,6 +245,13 @@ class _Committing(Iterator[Any]):
         self._batches: Iterator[Any] | None = batches
         self._loader = loader
         loader._streaming._attach(self)
+
+    def close(self) -> None:
+        """Stop the base iterator (its workers shut down); later ``next()`` stops."""
+        batches, self._batches = self._batches, None
+        shutdown = getattr(batches, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
 
     @property
     def active(self) -> bool:

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streaming import StreamingDataset
-from streaming.cli import _fragments_of_split
+from streaming.cli_plan import _fragments_of_split
 from streaming.plan import EpochPlan, PlanSettings
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, take

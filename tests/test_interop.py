@@ -42,11 +42,9 @@ def dataset(uri: str, *, epoch: int = 0) -> StreamingDataset:
     )
 
 
-def loader(
-    uri: str, workers: int, *, epoch: int = 0, cls: type[StreamingDataLoader] = StreamingDataLoader
-) -> StreamingDataLoader:
+def loader(uri: str, workers: int) -> StreamingDataLoader:
     timeout = 120 if workers else 0
-    return cls(dataset(uri, epoch=epoch), batch_size=BATCH, num_workers=workers, timeout=timeout)
+    return StreamingDataLoader(dataset(uri), batch_size=BATCH, num_workers=workers, timeout=timeout)
 
 
 def batch_ids(batches) -> list[list[int]]:
@@ -172,22 +170,7 @@ def test_dcp_merged_state_of_two_ranks_resumes_on_one(uri, tmp_path):
 
 # -- PyTorch Lightning -----------------------------------------------------------
 #
-# The recipe of docs/interop.md: a loader whose len() is the whole epoch, built in
-# train_dataloader() for trainer.current_epoch, reloaded every epoch.
-
-
-class EpochLengthLoader(StreamingDataLoader):
-    """``len()`` is this rank's batches of the whole epoch, as Lightning counts them.
-
-    Lightning restores how many batches of the epoch it has run and subtracts them
-    from ``len(train_dataloader)``; the plain loader's ``len()`` after a restore is
-    already what is left, so Lightning would end the epoch early.
-    """
-
-    def __len__(self) -> int:
-        data, workers = self.dataset, max(1, self.num_workers)
-        per_worker = len(data.owned_splits()) // workers * data.split_length
-        return workers * -(-per_worker // self.batch_size)
+# The recipe of docs/interop.md: one loader with len_counts="epoch", built once.
 
 
 class Crash(Exception):
@@ -208,12 +191,15 @@ class Model(lightning.LightningModule):
 
     def __init__(self, uri: str, workers: int) -> None:
         super().__init__()
-        self.uri, self.workers = uri, workers
         self.layer = torch.nn.Linear(1, 1)
         self.seen: list[list[int]] = []
+        timeout = 120 if workers else 0
+        self.loader = StreamingDataLoader(
+            dataset(uri), batch_size=BATCH, num_workers=workers, timeout=timeout, len_counts="epoch"
+        )
 
     def train_dataloader(self) -> StreamingDataLoader:
-        return loader(self.uri, self.workers, epoch=self.current_epoch, cls=EpochLengthLoader)
+        return self.loader
 
     def training_step(self, batch, batch_idx):
         self.seen.append(batch["id"].tolist())
@@ -226,7 +212,6 @@ class Model(lightning.LightningModule):
 def trainer(root: Path, epochs: int, callbacks: list[lightning.Callback]) -> lightning.Trainer:
     return lightning.Trainer(
         max_epochs=epochs,
-        reload_dataloaders_every_n_epochs=1,
         accelerator="cpu",
         devices=1,
         default_root_dir=root,

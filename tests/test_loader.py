@@ -138,6 +138,43 @@ def test_len_matches_the_batches_yielded(uri, workers):
     assert len(rest) == len(batch_ids(rest))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
+    whole = len(loader(dataset(uri), workers, batch_size=4))
+    first = iter(loader(dataset(uri), workers, batch_size=4))
+    for _ in range(max(workers, 1) * 2):
+        next(first)
+    state = first._loader.state_dict()
+    del first
+    again = dataset(uri)
+    again.load_state_dict(state)
+    remaining = len(loader(again, workers, batch_size=4))
+    rest = loader(again, workers, batch_size=4, len_counts="epoch")
+    assert len(rest) == whole > remaining
+    assert len(batch_ids(rest)) == remaining, "len_counts changed what is yielded"
+
+
+def test_len_counts_is_checked(uri):
+    with pytest.raises(ValueError, match=r"len_counts must be one of 'remaining', 'epoch', got 'all'"):
+        loader(dataset(uri), 0, len_counts="all")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_set_epoch_closes_an_iterator_that_delivered_everything(uri, workers):
+    """Lightning stops after len(loader) batches without asking for the end of the epoch."""
+    data = dataset(uri)
+    batches = loader(data, workers)
+    iterator = iter(batches)
+    got = [next(iterator) for _ in range(len(batches))]
+    assert sum(len(batch["id"]) for batch in got) == NUM_SPLITS * data.split_length
+    data.set_epoch(1)  # no RuntimeError: nothing was left
+    assert data.epoch == 1 and len(data) == NUM_SPLITS * data.split_length
+    with pytest.raises(StopIteration):
+        next(iterator)
+    expected = len(batches)
+    assert len(batch_ids(batches)) == expected == len(got), "the next epoch is delivered in full"
+
+
 def test_no_workers_gives_the_batches_of_a_plain_dataloader(uri):
     ours = list(loader(dataset(uri), 0, batch_size=5))
     plain = list(DataLoader(dataset(uri), batch_size=5))
