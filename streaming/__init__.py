@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
-    from .errors import EpochCompleteWarning, StreamingWarning, TableMovedWarning, UnownedSplitsWarning
+    from .errors import (
+        EpochCompleteWarning,
+        StreamingWarning,
+        TableMovedWarning,
+        TransformErrorWarning,
+        UnownedSplitsWarning,
+    )
     from .loader import StreamingDataLoader
     from .source import SnapshotGoneError
 
@@ -23,6 +29,7 @@ __all__ = [
     "StreamingDataset",
     "StreamingWarning",
     "TableMovedWarning",
+    "TransformErrorWarning",
     "UnownedSplitsWarning",
     "gather_state_dict",
     "load_state_dict",
@@ -38,6 +45,7 @@ _HOMES = {
     "StreamingDataset": ".dataset",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
+    "TransformErrorWarning": ".errors",
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",
     "load_state_dict": ".distributed",

@@ -89,7 +89,14 @@ class StreamingDataset(IterableDataset[Any]):
         eos_id: Not supported in this release.
         pad_id: Not supported in this release.
         blocks_per_epoch: Not supported in this release.
-        on_transform_error: Only ``"raise"`` in this release.
+        on_transform_error: What a ``transform`` exception does. ``"raise"``
+            (default) raises it; ``"skip"`` retries the failing batch row by row and
+            drops only the rows that fail; ``"warn"`` does the same and warns
+            ``TransformErrorWarning``; a callable ``handler(exception) -> bool`` is
+            asked per failing row (True drops the row, False raises). Dropped rows
+            count as passed positions but not as samples, so resume stays exact
+            when the transform fails the same way again; splits and ranks may then
+            yield unequal numbers of samples (see docs/limits.md).
         connection_factory: ``factory(table_name)`` returning the LanceDB table in
             another process, instead of reopening the URI.
         worker_info_override: Testing hook replacing ``get_worker_info()``.
@@ -145,8 +152,7 @@ class StreamingDataset(IterableDataset[Any]):
             shuffle_seed = draw_seed(world_size)
         settings = dict(locals())
         deferred = {
-            name: settings[name]
-            for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch", "on_transform_error")
+            name: settings[name] for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
         }
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits
@@ -326,6 +332,7 @@ class StreamingDataset(IterableDataset[Any]):
             columns=self._columns,
             filter_index=self._filter_index,
             transform=self._options.transform,
+            on_error=self._options.on_transform_error,
             batch_rows=self._options.read_batch_size,
             counters=self._counters,
         )
@@ -430,8 +437,8 @@ class StreamingDataset(IterableDataset[Any]):
     def _boundary_counts(self) -> tuple[list[int], list[int]] | None:
         """(samples, positions) now, if every unfinished owned split advanced equally."""
         progress, length = self._progress, self._plan.split_length
-        samples, start = progress.samples, progress.start
-        advances = {samples[split] - start[split] for split in self._rank_splits if samples[split] < length}
+        samples, start, positions = progress.samples, progress.start, progress.positions
+        advances = {samples[split] - start[split] for split in self._rank_splits if positions[split] < length}
         return (samples, progress.positions) if len(advances) <= 1 else None
 
     def _state_from(self, samples: Sequence[int], positions: Sequence[int]) -> dict[str, Any]:

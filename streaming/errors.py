@@ -17,3 +17,7 @@ class TableMovedWarning(StreamingWarning):
 
 class UnownedSplitsWarning(StreamingWarning):
     """A merge found splits that no state owned; their lockstep counts were used."""
+
+
+class TransformErrorWarning(StreamingWarning):
+    """``on_transform_error="warn"`` dropped rows the transform failed on."""

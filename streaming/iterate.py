@@ -16,7 +16,9 @@ class Progress:
     """Committed per-split counts of one dataset object.
 
     While an iterator runs, the splits of its current segment advance together by
-    ``cycles``; ``samples`` and ``positions`` fold that in on read.
+    ``cycles``; ``samples`` and ``positions`` fold that in on read. A split whose
+    segment had rows dropped by the transform carries ``passed``: the positions
+    it has passed after each number of cycles.
     """
 
     def __init__(self, num_splits: int) -> None:
@@ -24,29 +26,30 @@ class Progress:
         self._positions = [0] * num_splits
         self.start = [0] * num_splits
         self._segment: list[int] = []
+        self._passed: list[Passed] = []
         self.cycles = 0
 
     def reset(self, samples: Sequence[int], positions: Sequence[int]) -> None:
         """Adopt counts as the start of a run."""
         self._samples, self._positions = list(samples), list(positions)
         self.start = list(samples)
-        self._segment, self.cycles = [], 0
+        self._segment, self._passed, self.cycles = [], [], 0
 
-    def _folded(self, values: list[int]) -> list[int]:
-        result = list(values)
+    @property
+    def samples(self) -> list[int]:
+        """Samples delivered per split, counting completed cycles only."""
+        result = list(self._samples)
         for split in self._segment:
             result[split] += self.cycles
         return result
 
     @property
-    def samples(self) -> list[int]:
-        """Samples delivered per split, counting completed cycles only."""
-        return self._folded(self._samples)
-
-    @property
     def positions(self) -> list[int]:
         """Plan positions passed per split."""
-        return self._folded(self._positions)
+        result = list(self._positions)
+        for split, passed in zip(self._segment, self._passed):
+            result[split] += self.cycles if passed is None else passed[self.cycles]
+        return result
 
     def apply(self, splits: Sequence[int], samples: Sequence[int], positions: Sequence[int]) -> None:
         """Overwrite the counts of ``splits`` (a worker's snapshot, committed).
@@ -65,26 +68,57 @@ class Progress:
             self._samples[split] += cycles
             self._positions[split] += cycles
 
-    def begin(self, splits: Sequence[int]) -> None:
-        """Start a segment in which ``splits`` advance one per completed cycle."""
+    def begin(self, splits: Sequence[int], passed: Sequence[Passed] | None = None) -> None:
+        """Start a segment in which ``splits`` advance one sample per completed cycle.
+
+        ``passed[i]`` (if given and not ``None``) lists the positions split i has
+        passed after 0, 1, ... cycles; otherwise positions move with the samples.
+        """
         self.fold()
         self._segment = list(splits)
+        self._passed = list(passed) if passed is not None else [None] * len(splits)
 
     def fold(self) -> None:
         """Close the open segment into the stored counts."""
         self._samples, self._positions = self.samples, self.positions
-        self._segment, self.cycles = [], 0
+        self._segment, self._passed, self.cycles = [], [], 0
 
 
-def _chunks(readers: SplitReaders, splits: Sequence[int]) -> tuple[list[list[Any]], int]:
-    """The next samples of every split, trimmed to the same count."""
-    chunks = [readers.take(split, CHUNK_ROWS) for split in splits]
-    count = min(len(chunk) for chunk in chunks)
-    for split, chunk in zip(splits, chunks):
-        if len(chunk) > count:
-            readers.unread(split, len(chunk) - count)
-            del chunk[count:]
-    return chunks, count
+Passed = list[int] | None
+
+
+def _trim(
+    readers: SplitReaders, split: int, taken: tuple[list[Any], list[int] | None, int], count: int, lag: int
+) -> Passed:
+    """Keep ``count`` samples of a ``take_kept`` result; give the later positions back.
+
+    ``lag`` is how far the reader stood ahead of the committed position before the
+    take (dropped rows it consumed after the last committed sample). Returns the
+    positions passed after each number of cycles, from the committed position
+    (``None``: one per cycle). Dropped rows are committed with the next kept
+    sample, or, at the split's end, with the split's last sample.
+    """
+    samples, kept, rows = taken
+    del samples[count:]
+    if kept is None:
+        readers.unread(split, rows - count)
+        return None if lag == 0 else [0] + [lag + cycle for cycle in range(1, count + 1)]
+    readers.unread(split, rows - kept[count] if count < len(kept) else 0)
+    passed = [0] + [lag + offset + 1 for offset in kept[:count]]
+    if count == len(kept) and readers.remaining(split) == 0:
+        passed[count] = lag + rows
+    return passed
+
+
+def _chunks(
+    readers: SplitReaders, splits: Sequence[int], committed: Sequence[int]
+) -> tuple[list[list[Any]], int, list[Passed]]:
+    """The next samples of every split, trimmed to the same count, and their ``passed``."""
+    lags = [readers.positions[split] - committed[split] for split in splits]
+    taken = [readers.take_kept(split, CHUNK_ROWS) for split in splits]
+    count = min(len(samples) for samples, _, _ in taken)
+    passed = [_trim(readers, *args) for args in zip(splits, taken, [count] * len(splits), lags)]
+    return [samples for samples, _, _ in taken], count, passed
 
 
 def iterate_cycles(
@@ -109,8 +143,8 @@ def iterate_cycles(
                 active = [split for split in ordered if readers.remaining(split) > 0]
                 if not active:
                     return
-                chunks, count = _chunks(readers, active)
-                progress.begin(active)
+                chunks, count, passed = _chunks(readers, active, progress.positions)
+                progress.begin(active, passed)
                 width = len(active)
                 rows = iter(chunks[0] if width == 1 else [row for cycle in zip(*chunks) for row in cycle])
                 for _ in range(count):

@@ -71,16 +71,16 @@ def _check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool)
             raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
 
 
-def _check_picklable(transform: Callable[..., Any] | None) -> None:
-    if transform is None:
+def _check_picklable(keyword: str, function: object) -> None:
+    if not callable(function):
         return
     try:
-        pickle.dumps(transform)
+        pickle.dumps(function)
     except Exception as error:
-        name = getattr(transform, "__qualname__", type(transform).__qualname__)
-        module = getattr(transform, "__module__", "?")
+        name = getattr(function, "__qualname__", type(function).__qualname__)
+        module = getattr(function, "__module__", "?")
         raise TypeError(
-            f"transform {module}.{name} cannot be pickled for worker processes ({error}); "
+            f"{keyword} {module}.{name} cannot be pickled for worker processes ({error}); "
             "define it at module level (not a lambda or a nested function) or use num_workers=0"
         ) from None
 
@@ -181,7 +181,8 @@ class StreamingDataLoader(DataLoader[Any]):
         """Yield batches; each one's progress is committed as it is returned."""
         dataset = self._streaming
         if self.num_workers > 0:
-            _check_picklable(dataset._options.transform)
+            _check_picklable("transform", dataset._options.transform)
+            _check_picklable("on_transform_error", dataset._options.on_transform_error)
         with commit.shipping(
             dataset._token, batch=self.batch_size if self._columnar and self.batch_size else 0
         ):

@@ -55,6 +55,11 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ),
     ("transform", lambda v: v is None or callable(v), "a callable or None"),
     (
+        "on_transform_error",
+        lambda v: v in ("raise", "skip", "warn") or callable(v),
+        "'raise', 'skip', 'warn' or a callable handler(exception) -> bool",
+    ),
+    (
         "columns",
         lambda v: (
             v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(c, str) for c in v))
@@ -69,7 +74,6 @@ _NOT_YET: tuple[tuple[str, object], ...] = (
     ("eos_id", None),
     ("pad_id", None),
     ("blocks_per_epoch", None),
-    ("on_transform_error", "raise"),
 )
 
 
@@ -94,6 +98,7 @@ class Options:
     version: int | None
     filter: str | None
     transform: Callable[..., Any] | None
+    on_transform_error: str | Callable[[Exception], bool]
     columns: tuple[str, ...] | None
 
     @property

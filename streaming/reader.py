@@ -14,7 +14,7 @@ from . import source
 from .plan import EpochPlan
 from .rows import Rows
 from .stats import Counters, timed
-from .transformed import TransformedRows
+from .transformed import OnError, TransformedRows
 
 Window = Rows | TransformedRows
 Key = tuple[int, int]
@@ -31,6 +31,7 @@ class WindowSource:
     transform: Callable[[pa.RecordBatch], Iterable[Any]] | None
     batch_rows: int
     counters: Counters
+    on_error: OnError = "raise"
 
     def read(self, requests: Sequence[Key], *, executor: Executor | None = None) -> dict[Key, Window]:
         """Read the windows of ``requests`` together and put each in yield order.
@@ -52,7 +53,9 @@ class WindowSource:
         if self.transform is not None:
             with timed(self.counters, "transform"):
                 windows = [
-                    TransformedRows(table, gather, self.transform, batch_rows=self.batch_rows)
+                    TransformedRows(
+                        table, gather, self.transform, batch_rows=self.batch_rows, on_error=self.on_error
+                    )
                     for gather in request.gathers
                 ]
         else:
@@ -140,6 +143,19 @@ class SplitReaders:
         """Up to ``limit`` samples of ``split`` without crossing a window (at least one)."""
         window, start, stop = self.span(split, limit)
         return window.samples(start, stop)
+
+    def take_kept(self, split: int, limit: int) -> tuple[list[Any], list[int] | None, int]:
+        """Like ``take``, without rows the transform dropped.
+
+        Returns (samples, kept, taken): ``kept`` holds the offsets among the
+        ``taken`` positions of the samples returned (``None``: nothing dropped).
+        """
+        window, start, stop = self.span(split, limit)
+        samples = window.samples(start, stop)
+        kept = window.kept(start, stop) if isinstance(window, TransformedRows) else None
+        if kept is not None:
+            samples = [samples[offset] for offset in kept]
+        return samples, kept, stop - start
 
     def unread(self, split: int, count: int) -> None:
         """Give back the last ``count`` samples taken (they stay in the window)."""

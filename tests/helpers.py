@@ -85,12 +85,13 @@ def check_resume_everywhere(
     """Stop after every prefix length, resume in a fresh dataset, compare with one run.
 
     With ``num_workers=0`` a state counts completed cycles only, so the samples of
-    a partial cycle must come again after the resume; nothing else may repeat and
-    nothing may be lost. With ``twice``, the resumed run is stopped half way and
-    resumed once more.
+    a partial cycle (fewer than one per split still running) must come again after
+    the resume; nothing else may repeat and nothing may be lost. With ``twice``,
+    the resumed run is stopped half way and resumed once more.
     """
     reference = make()
-    width = len(reference.owned_splits())
+    owned = reference.owned_splits()
+    width = len(owned)
     full = ids_of(reference)
     for prefix in range(len(full) + 1) if prefixes is None else prefixes:
         first = make()
@@ -98,26 +99,29 @@ def check_resume_everywhere(
         delivered = take(iterator, prefix)
         state = roundtrip(first.state_dict())
         iterator.close()
-        committed = prefix - prefix % width
+        committed = sum(state["samples_consumed_per_split"][split] for split in owned)
+        assert prefix - width < committed <= prefix, f"prefix {prefix}: state counts {committed} samples"
         assert delivered == full[:prefix], f"prefix {prefix}: uninterrupted order differs"
         resumed = make()
         resumed.load_state_dict(state)
         with warnings.catch_warnings():
             if committed == len(full):  # a finished epoch yields nothing, with a warning
                 warnings.simplefilter("ignore", EpochCompleteWarning)
-            rest = ids_of(resumed) if not twice else _resume_again(make, resumed, width)
+            rest = ids_of(resumed) if not twice else _resume_again(make, resumed)
         assert full[:committed] + rest == full, (
             f"stopped after {prefix} samples ({committed} committed): resumed run "
             f"yields {len(rest)} samples, expected {len(full) - committed}"
         )
 
 
-def _resume_again(make: Callable[[], StreamingDataset], dataset: StreamingDataset, width: int) -> list[int]:
+def _resume_again(make: Callable[[], StreamingDataset], dataset: StreamingDataset) -> list[int]:
+    owned = dataset.owned_splits()
+    before = sum(dataset.state_dict()["samples_consumed_per_split"][split] for split in owned)
     iterator = iter(dataset)
-    half = len(dataset) // 2
-    first = take(iterator, half)
+    first = take(iterator, len(dataset) // 2)
     state = json_roundtrip(dataset.state_dict())
     iterator.close()
     again = make()
     again.load_state_dict(state)
-    return first[: half - half % width] + ids_of(again)
+    committed = sum(state["samples_consumed_per_split"][split] for split in owned) - before
+    return first[:committed] + ids_of(again)

@@ -24,7 +24,7 @@ from streaming import StreamingDataset
         ({"filter": "label > 100"}, ValueError, r"0 rows to plan but num_splits=1"),
         ({"transform": 3}, ValueError, r"transform must be a callable or None, got 3"),
         ({"pack_sequences": 128}, NotImplementedError, r"pack_sequences=128 is not supported"),
-        ({"on_transform_error": "skip"}, NotImplementedError, r"on_transform_error='skip' is not supported"),
+        ({"on_transform_error": "ignore"}, ValueError, r"on_transform_error must be .raise., .skip., .warn."),
     ],
 )
 def test_bad_settings_are_refused(small_uri, kwargs, error, message):
