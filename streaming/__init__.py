@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
         EpochCompleteWarning,
+        PackingEstimateWarning,
         StreamingWarning,
         TableMovedWarning,
         TransformErrorWarning,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EpochCompleteWarning",
+    "PackingEstimateWarning",
     "SnapshotGoneError",
     "StreamingDataLoader",
     "StreamingDataset",
@@ -40,6 +42,7 @@ __version__ = "0.1.0"
 
 _HOMES = {
     "EpochCompleteWarning": ".errors",
+    "PackingEstimateWarning": ".errors",
     "SnapshotGoneError": ".source",
     "StreamingDataLoader": ".loader",
     "StreamingDataset": ".dataset",

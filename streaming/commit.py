@@ -34,6 +34,7 @@ class Snapshot:
     positions: tuple[int, ...]
     pid: int = 0
     counters: dict[str, float] | None = None
+    anchors: tuple[tuple[int, int, int], ...] | None = None
 
 
 def snapshot(token: str) -> Snapshot | None:
@@ -50,6 +51,7 @@ def snapshot(token: str) -> Snapshot | None:
         positions=tuple(positions[split] for split in splits),
         pid=os.getpid(),
         counters=counters.as_dict(),
+        anchors=tuple(progress.anchors[split] for split in splits),
     )
 
 

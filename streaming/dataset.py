@@ -25,6 +25,8 @@ from .options import (
     Options,
     check_options,
 )
+from .packing import Anchor, iterate_blocks
+from .packing import resolve as packing_settings
 from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
 from .reader import WindowSource
 from .state import StreamState, check_compatible, merge_states, parse_state
@@ -47,6 +49,10 @@ def _pickled_for_a_child_process() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+Counts = tuple[list[int], list[int], list[Anchor]]
+"""(samples, positions, packing anchors) of every split."""
 
 
 class StreamingDataset(IterableDataset[Any]):
@@ -151,12 +157,9 @@ class StreamingDataset(IterableDataset[Any]):
         if shuffle_seed is None and isinstance(world_size, int):
             shuffle_seed = draw_seed(world_size)
         settings = dict(locals())
-        deferred = {
-            name: settings[name] for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
-        }
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits
-        self._options = check_options(values, deferred)
+        self._options = check_options(values)
         self._rank_splits = rank_splits(self._options.num_splits, rank=rank, world_size=world_size)
         self._worker_info_override = worker_info_override
         self._token = uuid.uuid4().hex  # pairs this object with its copies in worker processes
@@ -193,8 +196,11 @@ class StreamingDataset(IterableDataset[Any]):
             matching = dict(zip(filter_index.ids.tolist(), filter_index.counts()))
             rows = [matching.get(fragment_id, 0) for fragment_id in ids]
         plan = EpochPlan(ids, rows, self._settings(epoch))
+        packing = packing_settings(
+            self._options, handle, columns, plan.split_length * self._options.num_splits
+        )
         self._snapshot, self._columns, self._filter_index = snapshot, columns, filter_index
-        self._fragments, self._plan = (ids, rows), plan
+        self._fragments, self._plan, self._packing = (ids, rows), plan, packing
 
     def _resolve_columns(self, handle: Any) -> tuple[str, ...]:
         available = source.column_names(handle)
@@ -277,9 +283,16 @@ class StreamingDataset(IterableDataset[Any]):
         return list(self._rank_splits)
 
     def __len__(self) -> int:
-        """Samples the next iterator of this rank will yield."""
-        length = self._plan.split_length
-        return sum(length - self._progress.positions[split] for split in self._rank_splits)
+        """Samples (or packed blocks) the next iterator of this rank will yield."""
+        return sum(self._remaining(split) for split in self._rank_splits)
+
+    def _remaining(self, split: int, *, whole: bool = False) -> int:
+        """Samples ``split`` has left in this epoch (``whole``: from its start)."""
+        if self._packing is not None:
+            return self._packing.split_blocks(self.num_splits) - (
+                0 if whole else self._progress.samples[split]
+            )
+        return self._plan.split_length - (0 if whole else self._progress.positions[split])
 
     def __repr__(self) -> str:
         return (
@@ -319,7 +332,7 @@ class StreamingDataset(IterableDataset[Any]):
         worker, num_workers = self._worker()
         splits = self._iterator_splits(worker, num_workers)
         commit.register(self._token, self._progress, splits, worker, self._counters)
-        if all(self._progress.positions[split] >= self._plan.split_length for split in splits):
+        if all(self._remaining(split) == 0 for split in splits):
             warnings.warn(
                 f"epoch {self._epoch} was already fully delivered, so this iterator yields "
                 f"nothing; call set_epoch({self._epoch + 1}) to move on",
@@ -338,7 +351,11 @@ class StreamingDataset(IterableDataset[Any]):
         )
         batch = self._loader_batch or commit.loader_batch(self._token)
         threads = self._options.io_queue_depth
-        if batch:
+        if self._packing is not None:
+            self._active = iterate_blocks(
+                windows, splits, self._progress, io_threads=threads, packing=self._packing
+            )
+        elif batch:
             self._active = iterate_batches(
                 windows, splits, self._progress, io_threads=threads, batch_size=batch
             )
@@ -392,7 +409,9 @@ class StreamingDataset(IterableDataset[Any]):
 
     # -- state --------------------------------------------------------------
 
-    def _describe(self, samples: Sequence[int], positions: Sequence[int]) -> StreamState:
+    def _describe(
+        self, samples: Sequence[int], positions: Sequence[int], anchors: Sequence[Anchor] = ()
+    ) -> StreamState:
         settings = self._plan.settings
         return StreamState(
             num_splits=self.num_splits,
@@ -409,7 +428,15 @@ class StreamingDataset(IterableDataset[Any]):
             version=self._snapshot.version,
             filter=self._options.filter,
             columns=self._columns,
+            packing=self._packing_key(),
+            anchors=tuple(anchors) if self._packing is not None else None,
         )
+
+    def _packing_key(self) -> tuple[int, int, int, int] | None:
+        packing = self._packing
+        if packing is None:
+            return None
+        return (packing.pack_sequences, packing.eos_id, packing.pad_id, packing.blocks_per_epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last completed cycle, as plain JSON data.
@@ -434,23 +461,28 @@ class StreamingDataset(IterableDataset[Any]):
             )
         return self._state_from(*counts)
 
-    def _boundary_counts(self) -> tuple[list[int], list[int]] | None:
-        """(samples, positions) now, if every unfinished owned split advanced equally."""
-        progress, length = self._progress, self._plan.split_length
-        samples, start, positions = progress.samples, progress.start, progress.positions
-        advances = {samples[split] - start[split] for split in self._rank_splits if positions[split] < length}
-        return (samples, progress.positions) if len(advances) <= 1 else None
+    def _boundary_counts(self) -> Counts | None:
+        """(samples, positions, anchors) now, if every unfinished owned split advanced equally."""
+        progress = self._progress
+        samples, start = progress.samples, progress.start
+        advances = {
+            samples[split] - start[split] for split in self._rank_splits if self._remaining(split) > 0
+        }
+        return (samples, progress.positions, list(progress.anchors)) if len(advances) <= 1 else None
 
-    def _state_from(self, samples: Sequence[int], positions: Sequence[int]) -> dict[str, Any]:
+    def _state_from(
+        self, samples: Sequence[int], positions: Sequence[int], anchors: Sequence[Anchor]
+    ) -> dict[str, Any]:
         """The state dict for boundary counts, non-owned splits in lockstep."""
         progress, length, owned = self._progress, self._plan.split_length, self._rank_splits
         advance = min(samples[split] - progress.start[split] for split in owned)
         samples, positions = list(samples), list(positions)
         for split in range(self.num_splits):
             if split not in owned:
-                samples[split] = min(length, progress.start[split] + advance)
-                positions[split] = max(samples[split], min(length, progress.positions[split] + advance))
-        return self._describe(samples, positions).to_dict()
+                samples[split] = min(self._remaining(split, whole=True), progress.start[split] + advance)
+                if self._packing is None:
+                    positions[split] = max(samples[split], min(length, progress.positions[split] + advance))
+        return self._describe(samples, positions, anchors).to_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
@@ -469,16 +501,30 @@ class StreamingDataset(IterableDataset[Any]):
         saved = parse_state(state)
         pinned = self._snapshot.at_version(saved.version)
         handle = source.open_snapshot(pinned, fresh=True)
-        before = (self._snapshot, self._columns, self._filter_index, self._fragments, self._plan)
+        before = (
+            self._snapshot,
+            self._columns,
+            self._filter_index,
+            self._fragments,
+            self._plan,
+            self._packing,
+        )
         try:
             self._open(pinned, handle, epoch=saved.epoch)
-            current = self._describe(saved.samples, saved.positions)
+            current = self._describe(saved.samples, saved.positions, saved.anchors or ())
             check_compatible(saved, current, split_length=self._plan.split_length)
         except BaseException:
-            self._snapshot, self._columns, self._filter_index, self._fragments, self._plan = before
+            (
+                self._snapshot,
+                self._columns,
+                self._filter_index,
+                self._fragments,
+                self._plan,
+                self._packing,
+            ) = before
             raise
         self._epoch = saved.epoch
-        self._progress.reset(saved.samples, saved.positions)
+        self._progress.reset(saved.samples, saved.positions, saved.anchors)
         self._shipped = False
         if self._tag_snapshot:
             source.protect(self._snapshot)
@@ -493,7 +539,7 @@ class StreamingDataset(IterableDataset[Any]):
 
     def _commit(self, snapshot: commit.Snapshot) -> None:
         """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""
-        self._progress.apply(snapshot.splits, snapshot.samples, snapshot.positions)
+        self._progress.apply(snapshot.splits, snapshot.samples, snapshot.positions, snapshot.anchors)
         if snapshot.counters is not None:
             self._worker_counters[(snapshot.pid, snapshot.worker)] = snapshot.counters
 
@@ -513,7 +559,9 @@ class StreamingDataset(IterableDataset[Any]):
         return {
             "epoch": self._epoch,
             "rows_delivered": sum(samples[split] for split in self._rank_splits),
-            "rows_skipped": sum(positions[split] - samples[split] for split in self._rank_splits),
+            "rows_skipped": 0
+            if self._packing is not None
+            else sum(positions[split] - samples[split] for split in self._rank_splits),
             **totals,
         }
 

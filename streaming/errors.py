@@ -21,3 +21,7 @@ class UnownedSplitsWarning(StreamingWarning):
 
 class TransformErrorWarning(StreamingWarning):
     """``on_transform_error="warn"`` dropped rows the transform failed on."""
+
+
+class PackingEstimateWarning(StreamingWarning):
+    """``blocks_per_epoch="auto"`` estimated the block budget from a sample."""

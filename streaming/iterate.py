@@ -28,10 +28,24 @@ class Progress:
         self._segment: list[int] = []
         self._passed: list[Passed] = []
         self.cycles = 0
+        self.anchors: list[tuple[int, int, int]] = [(0, 0, 0)] * num_splits  # packing only
 
-    def reset(self, samples: Sequence[int], positions: Sequence[int]) -> None:
-        """Adopt counts as the start of a run."""
+    def commit_anchors(self, anchors: dict[int, tuple[int, int, int]]) -> None:
+        """Packing: adopt each split's new (blocks, document, offset) anchor."""
+        assert not self._segment, "commit_anchors() while a segment is open"
+        for split, anchor in anchors.items():
+            self.anchors[split] = anchor
+            self._samples[split], self._positions[split] = anchor[0], anchor[1]
+
+    def reset(
+        self,
+        samples: Sequence[int],
+        positions: Sequence[int],
+        anchors: Sequence[tuple[int, int, int]] | None = None,
+    ) -> None:
+        """Adopt counts (and packing anchors) as the start of a run."""
         self._samples, self._positions = list(samples), list(positions)
+        self.anchors = list(anchors) if anchors is not None else [(0, 0, 0)] * len(samples)
         self.start = list(samples)
         self._segment, self._passed, self.cycles = [], [], 0
 
@@ -51,7 +65,13 @@ class Progress:
             result[split] += self.cycles if passed is None else passed[self.cycles]
         return result
 
-    def apply(self, splits: Sequence[int], samples: Sequence[int], positions: Sequence[int]) -> None:
+    def apply(
+        self,
+        splits: Sequence[int],
+        samples: Sequence[int],
+        positions: Sequence[int],
+        anchors: Sequence[tuple[int, int, int]] | None = None,
+    ) -> None:
         """Overwrite the counts of ``splits`` (a worker's snapshot, committed).
 
         Only for the trainer's copy, which no iterator of this process advances.
@@ -60,6 +80,8 @@ class Progress:
         for split, count, position in zip(splits, samples, positions):
             self._samples[split] = count
             self._positions[split] = position
+        for split, anchor in zip(splits, anchors or ()):
+            self.anchors[split] = tuple(anchor)  # type: ignore[assignment]
 
     def advance(self, splits: Sequence[int], cycles: int) -> None:
         """Count ``cycles`` more completed cycles for ``splits`` (no open segment)."""

@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, default_collate
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from . import commit
-from .dataset import StreamingDataset
+from .dataset import Counts, StreamingDataset
 from .plan import worker_splits
 
 _SAFE_METHODS = ("forkserver", "spawn")
@@ -142,6 +142,7 @@ class StreamingDataLoader(DataLoader[Any]):
         # Columnar batches equal default_collate's; they need no transform. The dataset
         # then yields whole batches (no per-row fetching by the DataLoader).
         columnar = collate_fn in (None, default_collate) and dataset._options.transform is None
+        columnar = columnar and dataset._options.pack_sequences is None
         columnar = columnar and batch_size is not None and batch_sampler is None
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         if num_workers > 0:
@@ -174,7 +175,7 @@ class StreamingDataLoader(DataLoader[Any]):
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         self._streaming = dataset
         self._columnar = columnar
-        self._boundary: tuple[list[int], list[int]] | None = None
+        self._boundary: Counts | None = None
         self._len_counts = len_counts
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -203,16 +204,13 @@ class StreamingDataLoader(DataLoader[Any]):
         however much of it was delivered (as torchdata and Lightning count).
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
-        workers = max(1, self.num_workers)
-        length, positions = dataset.split_length, dataset._progress.positions
-        if self._len_counts == "epoch":
-            positions = [0] * len(positions)
+        workers, whole = max(1, self.num_workers), self._len_counts == "epoch"
         total = 0
         for worker in range(workers):
             splits = worker_splits(
                 dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
             )
-            total += -(-sum(length - positions[split] for split in splits) // batch_size)
+            total += -(-sum(dataset._remaining(split, whole=whole) for split in splits) // batch_size)
         return total
 
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:

@@ -54,6 +54,14 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         "an SQL predicate string or None",
     ),
     ("transform", lambda v: v is None or callable(v), "a callable or None"),
+    ("pack_sequences", _optional_positive, "a positive integer (tokens per block) or None"),
+    ("eos_id", lambda v: v is None or _non_negative(v), "a non-negative token id or None"),
+    ("pad_id", lambda v: v is None or _non_negative(v), "a non-negative token id or None"),
+    (
+        "blocks_per_epoch",
+        lambda v: v is None or v == "auto" or _positive(v),
+        "a positive integer, 'auto' or None",
+    ),
     (
         "on_transform_error",
         lambda v: v in ("raise", "skip", "warn") or callable(v),
@@ -66,14 +74,6 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         ),
         "a non-empty list of column names or None",
     ),
-)
-
-# Keywords of the peer's training features that arrive in their own release.
-_NOT_YET: tuple[tuple[str, object], ...] = (
-    ("pack_sequences", None),
-    ("eos_id", None),
-    ("pad_id", None),
-    ("blocks_per_epoch", None),
 )
 
 
@@ -100,6 +100,10 @@ class Options:
     transform: Callable[..., Any] | None
     on_transform_error: str | Callable[[Exception], bool]
     columns: tuple[str, ...] | None
+    pack_sequences: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    blocks_per_epoch: int | str | None = None
 
     @property
     def clump_rows(self) -> int:
@@ -107,23 +111,41 @@ class Options:
         return self.shuffle_clump_size or 1
 
 
-def check_options(values: dict[str, Any], deferred: dict[str, Any]) -> Options:
+def _check_packing(values: dict[str, Any]) -> None:
+    """Packing needs all its settings, no transform, and a budget S divides."""
+    keys = ("eos_id", "pad_id", "blocks_per_epoch")
+    if values["pack_sequences"] is None:
+        for name in keys:
+            if values[name] is not None:
+                raise ValueError(
+                    f"{name}={values[name]!r} is only used with pack_sequences; set both or neither"
+                )
+        return
+    for name in keys:
+        if values[name] is None:
+            raise ValueError(f"pack_sequences needs {name}; pass {name}= as well (see docs/packing.md)")
+    if values["transform"] is not None:
+        raise ValueError("pack_sequences cannot be combined with transform; pack the raw token column")
+    blocks, splits = values["blocks_per_epoch"], values["num_splits"]
+    if blocks != "auto" and blocks % splits:
+        example = blocks - blocks % splits or splits
+        raise ValueError(
+            f"blocks_per_epoch={blocks} is not divisible by num_splits={splits}; every split emits "
+            f"the same number of blocks, so pass a multiple of {splits} (for example {example})"
+        )
+
+
+def check_options(values: dict[str, Any]) -> Options:
     """Validate constructor settings and return them as ``Options``.
 
     Raises:
         ValueError: a setting is out of range, naming it, its value and the fix.
-        NotImplementedError: a peer training feature that this release lacks.
     """
-    for name, default in _NOT_YET:
-        if deferred.get(name, default) != default:
-            raise NotImplementedError(
-                f"{name}={deferred[name]!r} is not supported by this release of "
-                f"lance-streaming yet; leave {name} at its default ({default!r})"
-            )
     for name, check, expected in _CHECKS:
         if not check(values[name]):
             raise ValueError(f"{name} must be {expected}, got {values[name]!r}")
     if values["rank"] >= values["world_size"]:
         raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
+    _check_packing(values)
     columns = values["columns"]
     return Options(**{**values, "columns": tuple(columns) if columns is not None else None})

@@ -156,6 +156,23 @@ def column_names(dataset: Any) -> list[str]:
     return list(dataset.schema.names)
 
 
+def is_integer_list(dataset: Any, column: str) -> bool:
+    """True when ``column`` holds variable-length lists of integers (token ids)."""
+    import pyarrow as pa
+
+    kind = dataset.schema.field(column).type
+    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type)
+
+
+def list_lengths(dataset: Any, column: str, *, limit: int, filter: str | None) -> np.ndarray:  # noqa: A002
+    """Lengths of the first ``limit`` lists of ``column`` (matching ``filter``), in storage order."""
+    import pyarrow.compute as pc
+
+    table = dataset.to_table(columns=[column], filter=filter, limit=limit)
+    lengths = pc.list_value_length(table.column(column)).fill_null(0)
+    return np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
 def fragment_rows(dataset: Any) -> tuple[list[int], list[int]]:
     """Fragment ids in storage order and their live row counts, from metadata only."""
     ids, rows = [], []

@@ -17,7 +17,9 @@ from typing import Any
 from .errors import TableMovedWarning, UnownedSplitsWarning
 from .plan import PLAN_FORMAT
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2 added ``packing``; version-1 states (no packing) are still read."""
+_READABLE = (1, 2)
 
 _PEER_HINT = (
     "this checkpoint has no format_version: it comes from another plan "
@@ -73,6 +75,17 @@ _PLAN_FIELDS: tuple[tuple[str, Check, str], ...] = (
     ("clump_rows", _positive, "a positive integer"),
     ("plan_format", _positive, "a positive integer"),
 )
+_PACKING_FIELDS: tuple[tuple[str, Check, str], ...] = (
+    ("pack_sequences", _positive, "a positive integer"),
+    ("eos_id", _non_negative, "a non-negative integer"),
+    ("pad_id", _non_negative, "a non-negative integer"),
+    ("blocks_per_epoch", _positive, "a positive integer"),
+    (
+        "anchors",
+        lambda v: isinstance(v, list) and all(_int_list(a) and len(a) == 3 for a in v),
+        "a list of [blocks, document, offset] lists of non-negative integers",
+    ),
+)
 _TABLE_FIELDS: tuple[tuple[str, Check, str], ...] = (
     ("uri", lambda v: isinstance(v, str), "a string"),
     ("version", _positive, "a positive integer"),
@@ -91,6 +104,10 @@ _MUST_MATCH: tuple[tuple[str, str], ...] = (
         "build the dataset with shuffle_buffer_size={saved} * num_splits",
     ),
     ("plan.clump_rows", "build the dataset with shuffle_clump_size={saved!r}"),
+    (
+        "packing",
+        "build the dataset with (pack_sequences, eos_id, pad_id, blocks_per_epoch)={saved!r}",
+    ),
     (
         "plan.plan_format",
         "resume with the lance-streaming release that wrote it (plan format {saved!r})",
@@ -117,6 +134,10 @@ class StreamState:
     filter: str | None
     columns: tuple[str, ...]
     plan_format: int = PLAN_FORMAT
+    packing: tuple[int, int, int, int] | None = None
+    """(pack_sequences, eos_id, pad_id, blocks_per_epoch), or None without packing."""
+    anchors: tuple[tuple[int, int, int], ...] | None = None
+    """Packing: each split's (blocks, document, offset) anchor."""
 
     def to_dict(self) -> dict[str, Any]:
         """Return the state as plain JSON-serialisable data."""
@@ -138,7 +159,15 @@ class StreamState:
             "table": {"uri": self.uri, "version": self.version},
             "filter": self.filter,
             "columns": list(self.columns),
+            "packing": self._packing_dict(),
         }
+
+    def _packing_dict(self) -> dict[str, Any] | None:
+        if self.packing is None:
+            return None
+        names = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
+        anchors = [list(anchor) for anchor in self.anchors or ()]
+        return {**dict(zip(names, self.packing)), "anchors": anchors}
 
 
 def _check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
@@ -169,16 +198,18 @@ def parse_state(state: object) -> StreamState:
     if isinstance(state, dict) and "format_version" not in state and "samples_consumed_per_split" in state:
         raise ValueError(_PEER_HINT)
     version = state.get("format_version") if isinstance(state, dict) else None
-    if _is_int(version) and version != FORMAT_VERSION:
+    if _is_int(version) and version not in _READABLE:
         raise ValueError(
             f"state has format_version={version!r} but this release reads "
-            f"format_version={FORMAT_VERSION}; resume with the lance-streaming release that wrote it"
+            f"format_version {' or '.join(map(str, _READABLE))}; resume with the lance-streaming "
+            "release that wrote it"
         )
     _check_fields(state, _TOP_LEVEL, "")
     assert isinstance(state, dict)  # for the type checker; _check_fields proved it
     _check_fields(state["plan"], _PLAN_FIELDS, "plan")
     _check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
+    packing, anchors = _parse_packing(state, num_splits)
     for name in ("samples_consumed_per_split", "positions_consumed_per_split"):
         if len(state[name]) != num_splits:
             raise ValueError(
@@ -194,7 +225,12 @@ def parse_state(state: object) -> StreamState:
     for split, (count, position) in enumerate(
         zip(state["samples_consumed_per_split"], state["positions_consumed_per_split"])
     ):
-        if position < count:
+        if anchors is not None and anchors[split][0] > count:
+            raise ValueError(
+                f"state has packing.anchors[{split}]={list(anchors[split])} ahead of "
+                f"samples_consumed_per_split[{split}]={count}; the checkpoint is damaged or was edited"
+            )
+        if position < count and packing is None:
             raise ValueError(
                 f"state has positions_consumed_per_split[{split}]={position} below "
                 f"samples_consumed_per_split[{split}]={count}; a position is never "
@@ -217,7 +253,33 @@ def parse_state(state: object) -> StreamState:
         version=table["version"],
         filter=state["filter"],
         columns=tuple(state["columns"]),
+        packing=packing,
+        anchors=anchors,
     )
+
+
+def _parse_packing(
+    state: dict[str, Any], num_splits: int
+) -> tuple[tuple[int, int, int, int] | None, tuple[tuple[int, int, int], ...] | None]:
+    """The packing settings and anchors of a state (none in format version 1)."""
+    if state["format_version"] == 1:
+        return None, None
+    if "packing" not in state:
+        raise ValueError(
+            "state is missing 'packing'; pass the dict returned by state_dict() or "
+            "merge_state_dicts(), unmodified"
+        )
+    data = state["packing"]
+    if data is None:
+        return None, None
+    _check_fields(data, _PACKING_FIELDS, "packing")
+    if len(data["anchors"]) != num_splits:
+        raise ValueError(
+            f"state field 'packing.anchors' has {len(data['anchors'])} entries but num_splits="
+            f"{num_splits}; the checkpoint is damaged or was edited"
+        )
+    settings = (data["pack_sequences"], data["eos_id"], data["pad_id"], data["blocks_per_epoch"])
+    return settings, tuple((a[0], a[1], a[2]) for a in data["anchors"])
 
 
 def _field(state: StreamState, path: str) -> object:
@@ -251,15 +313,16 @@ def check_compatible(saved: StreamState, current: StreamState, *, split_length: 
     problems = plan_mismatches(saved, current)
     if problems:
         raise ValueError(problems[0])
-    for name, values in (
-        ("samples_consumed_per_split", saved.samples),
-        ("positions_consumed_per_split", saved.positions),
+    blocks = saved.packing[3] // saved.num_splits if saved.packing is not None else split_length
+    for name, values, limit, unit in (
+        ("samples_consumed_per_split", saved.samples, blocks, "rows" if saved.packing is None else "blocks"),
+        ("positions_consumed_per_split", saved.positions, split_length, "rows"),
     ):
         for split, value in enumerate(values):
-            if value > split_length:
+            if value > limit:
                 raise ValueError(
                     f"state has {name}[{split}]={value} but splits of this snapshot hold "
-                    f"{split_length} rows; the checkpoint belongs to another table or was "
+                    f"{limit} {unit}; the checkpoint belongs to another table or was "
                     "edited"
                 )
     if saved.uri != current.uri:
@@ -294,15 +357,24 @@ def _check_same_run(states: Sequence[StreamState]) -> None:
             )
 
 
-def _owner_counts(states: Sequence[StreamState]) -> dict[int, tuple[int, int]]:
-    owned: dict[int, tuple[int, int]] = {}
+Progress = tuple[int, int, tuple[int, int, int] | None]
+"""(count, position, packing anchor) of one split."""
+
+
+def _progress(state: StreamState, split: int) -> Progress:
+    anchor = state.anchors[split] if state.anchors is not None else None
+    return (state.samples[split], state.positions[split], anchor)
+
+
+def _owner_counts(states: Sequence[StreamState]) -> dict[int, Progress]:
+    owned: dict[int, Progress] = {}
     for index, state in enumerate(states):
         for split in state.owned_splits:
-            pair = (state.samples[split], state.positions[split])
+            pair = _progress(state, split)
             if split in owned and owned[split] != pair:
                 raise ValueError(
                     f"two states own split {split} with different progress "
-                    f"(count, position) {owned[split]} and {pair} (state {index}); they "
+                    f"(count, position, anchor) {owned[split]} and {pair} (state {index}); they "
                     "were taken at different steps or come from different runs"
                 )
             owned[split] = pair
@@ -337,27 +409,31 @@ def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[s
             UnownedSplitsWarning,
             stacklevel=3,
         )
-    samples, positions = [], []
-    for split in range(first.num_splits):
-        if split in owned:
-            count, position = owned[split]
-        else:
-            count = max(state.samples[split] for state in parsed)
-            position = max(state.positions[split] for state in parsed)
-        samples.append(count)
-        positions.append(max(position, count))
+    merged_progress = [
+        owned[split] if split in owned else _lockstep(parsed, split) for split in range(first.num_splits)
+    ]
     merged = StreamState(
         **{
             **first.__dict__,
-            "samples": tuple(samples),
-            "positions": tuple(positions),
+            "samples": tuple(count for count, _, _ in merged_progress),
+            "positions": tuple(position for _, position, _ in merged_progress),
             "owned_splits": tuple(sorted(owned)),
+            "anchors": None if first.anchors is None else tuple(a for _, _, a in merged_progress),  # type: ignore[misc]
         }
     )
     return merged.to_dict()
 
 
-def _check_lockstep(owned: dict[int, tuple[int, int]]) -> None:
+def _lockstep(states: Sequence[StreamState], split: int) -> Progress:
+    """An unowned split: the largest lockstep count; packing keeps the furthest anchor."""
+    count = max(state.samples[split] for state in states)
+    if states[0].anchors is None:
+        return (count, max(max(state.positions[split] for state in states), count), None)
+    anchor = max(state.anchors[split] for state in states if state.anchors is not None)
+    return (count, anchor[1], anchor)
+
+
+def _check_lockstep(owned: dict[int, Progress]) -> None:
     counts = {split: pair[0] for split, pair in owned.items()}
     distinct = sorted(set(counts.values()))
     if len(distinct) > 1:

@@ -56,3 +56,34 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     assert "PASS" in text or "FAIL" in text
     assert (tmp_path / "b.png").stat().st_size > 0
     assert "| raw Lance scan" in done.stdout, "the tables are printed to stdout too"
+
+
+def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    out = tmp_path / "b.md"
+    out.write_text(
+        "# Kept\n\n<!-- packing:begin -->\nold\n<!-- packing:end -->\n\n## Also kept\n", encoding="utf-8"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.packing",
+            "--docs",
+            "300",
+            "--mean",
+            "64",
+            "--cap",
+            "2",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    rows = [line for line in text.splitlines() if line.startswith(("| raw", "| peer", "| ours"))]
+    assert len(rows) == 3 and all("tokens" not in row.split("|")[3] for row in rows), rows

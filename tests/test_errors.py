@@ -23,7 +23,18 @@ from streaming import StreamingDataset
         ({"filter": "no_such_column > 1"}, ValueError, r"filter='no_such_column > 1' could not be applied"),
         ({"filter": "label > 100"}, ValueError, r"0 rows to plan but num_splits=1"),
         ({"transform": 3}, ValueError, r"transform must be a callable or None, got 3"),
-        ({"pack_sequences": 128}, NotImplementedError, r"pack_sequences=128 is not supported"),
+        ({"pack_sequences": 128}, ValueError, r"pack_sequences needs eos_id; pass eos_id="),
+        ({"eos_id": 2}, ValueError, r"eos_id=2 is only used with pack_sequences"),
+        (
+            {"pack_sequences": 8, "eos_id": 1, "pad_id": 0, "blocks_per_epoch": 10, "num_splits": 4},
+            ValueError,
+            r"blocks_per_epoch=10 is not divisible by num_splits=4.*for example 8",
+        ),
+        (
+            {"pack_sequences": 8, "eos_id": 1, "pad_id": 0, "blocks_per_epoch": 8},
+            ValueError,
+            r"pack_sequences packs one column of integer lists .*pass columns=\[<token column>\]",
+        ),
         ({"on_transform_error": "ignore"}, ValueError, r"on_transform_error must be .raise., .skip., .warn."),
     ],
 )

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streaming import SnapshotGoneError, StreamingDataset, TableMovedWarning
+from streaming import SnapshotGoneError, StreamingDataset, TableMovedWarning, UnownedSplitsWarning
 from streaming.state import merge_states, parse_state
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, table_data, take
@@ -70,7 +70,7 @@ def broken(state, path, value):
 
 
 MALFORMED = [
-    (("format_version",), 99, "format_version=99 but this release reads format_version=1"),
+    (("format_version",), 99, "format_version=99 but this release reads format_version 1 or 2"),
     (("epoch",), KeyError, "missing 'epoch'"),
     (("plan", "block_rows"), KeyError, "missing 'plan.block_rows'"),
     (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'"),
@@ -178,7 +178,7 @@ def test_other_uri_only_warns(tmp_path):
 # ---- the pure validator and merge, without Lance ---------------------------------
 
 BASE = {
-    "format_version": 1,
+    "format_version": 2,
     "num_splits": 4,
     "shuffle": True,
     "shuffle_seed": 1,
@@ -190,7 +190,64 @@ BASE = {
     "table": {"uri": "/t", "version": 3},
     "filter": None,
     "columns": ["id"],
+    "packing": None,
 }
+PACKED = {
+    **BASE,
+    "samples_consumed_per_split": [2, 2, 1, 1],
+    "positions_consumed_per_split": [1, 0, 0, 0],
+    "packing": {
+        "pack_sequences": 8,
+        "eos_id": 1,
+        "pad_id": 0,
+        "blocks_per_epoch": 12,
+        "anchors": [[2, 1, 3], [2, 0, 5], [1, 0, 0], [0, 0, 0]],
+    },
+}
+
+
+def test_a_version_1_state_is_read_and_written_as_version_2():
+    old = {key: value for key, value in BASE.items() if key != "packing"}
+    parsed = parse_state({**old, "format_version": 1})
+    assert parsed.to_dict() == BASE
+
+
+def test_a_packing_state_round_trips():
+    assert parse_state(copy.deepcopy(PACKED)).to_dict() == PACKED
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_any_damaged_packing_field_is_refused_with_value_error(data):
+    state = copy.deepcopy(PACKED)
+    key = data.draw(st.sampled_from(sorted(PACKED["packing"])))
+    value = data.draw(json_values)
+    state["packing"][key] = value
+    try:
+        parsed = parse_state(state)
+    except ValueError:
+        return
+    assert parsed.to_dict()["packing"][key] == value
+
+
+def test_an_anchor_ahead_of_its_count_is_refused():
+    state = copy.deepcopy(PACKED)
+    state["packing"]["anchors"][3] = [2, 0, 0]
+    with pytest.raises(
+        ValueError, match=r"packing.anchors\[3\]=\[2, 0, 0\] ahead of samples_consumed_per_split\[3\]=1"
+    ):
+        parse_state(state)
+
+
+def test_merge_takes_packing_anchors_from_owners_and_the_furthest_elsewhere():
+    one = copy.deepcopy(PACKED)
+    two = {**copy.deepcopy(PACKED), "owned_splits": [1]}
+    two["packing"]["anchors"][1] = [2, 0, 7]
+    two["positions_consumed_per_split"] = [1, 0, 0, 0]
+    with pytest.warns(UnownedSplitsWarning):
+        merged = merge_states([one, two], allow_lag=True)
+    assert merged["packing"]["anchors"] == [[2, 1, 3], [2, 0, 7], [1, 0, 0], [0, 0, 0]]
+
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 10**6) | st.text(max_size=5),
