@@ -17,6 +17,7 @@ from . import commit, source, stats, watchdog
 from .assemble import iterate_batches
 from .errors import EpochCompleteWarning
 from .iterate import Progress, is_running, iterate_cycles
+from .merge import merge_states
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
@@ -29,7 +30,7 @@ from .packing import Anchor, iterate_blocks
 from .packing import resolve as packing_settings
 from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
 from .reader import WindowSource
-from .state import StreamState, check_compatible, merge_states, parse_state
+from .state import StreamState, check_compatible, parse_state
 from .stats import Counters
 from .topology import draw_seed, topology
 

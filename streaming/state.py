@@ -1,8 +1,8 @@
-"""The checkpoint format: schema, one table-driven validator, and merge. Pure.
+"""The checkpoint format: schema and one table-driven validator. Pure.
 
 A state is plain JSON data (int, str, bool, None, list, dict). ``parse_state``
 checks its shape; ``check_compatible`` checks it against the dataset that loads it;
-``merge_states`` combines the states of every rank of a run. Each raises
+``merge.merge_states`` combines the states of every rank of a run. Each raises
 ``ValueError`` naming the field, the saved value, the current value and the fix,
 and none of them changes anything.
 """
@@ -10,11 +10,11 @@ and none of them changes anything.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TableMovedWarning, UnownedSplitsWarning
+from .errors import TableMovedWarning
 from .plan import PLAN_FORMAT
 
 FORMAT_VERSION = 2
@@ -332,116 +332,4 @@ def check_compatible(saved: StreamState, current: StreamState, *, split_length: 
             "table was copied, wrong if it is another table)",
             TableMovedWarning,
             stacklevel=3,
-        )
-
-
-def _check_same_run(states: Sequence[StreamState]) -> None:
-    first = states[0]
-    for index, other in enumerate(states[1:], start=1):
-        problems = plan_mismatches(first, other)
-        if problems:
-            raise ValueError(f"states 0 and {index} come from different plans: {problems[0]}")
-        for name in ("version", "epoch"):
-            if getattr(first, name) != getattr(other, name):
-                raise ValueError(
-                    f"state 0 has {name}={getattr(first, name)!r} but state {index} has "
-                    f"{name}={getattr(other, name)!r}; merge the states of one checkpoint "
-                    "of one run, taken at the same step"
-                )
-        if first.uri != other.uri:
-            warnings.warn(
-                f"state 0 names table {first.uri!r} and state {index} names "
-                f"{other.uri!r}; merging them as copies of one table",
-                TableMovedWarning,
-                stacklevel=3,
-            )
-
-
-Progress = tuple[int, int, tuple[int, int, int] | None]
-"""(count, position, packing anchor) of one split."""
-
-
-def _progress(state: StreamState, split: int) -> Progress:
-    anchor = state.anchors[split] if state.anchors is not None else None
-    return (state.samples[split], state.positions[split], anchor)
-
-
-def _owner_counts(states: Sequence[StreamState]) -> dict[int, Progress]:
-    owned: dict[int, Progress] = {}
-    for index, state in enumerate(states):
-        for split in state.owned_splits:
-            pair = _progress(state, split)
-            if split in owned and owned[split] != pair:
-                raise ValueError(
-                    f"two states own split {split} with different progress "
-                    f"(count, position, anchor) {owned[split]} and {pair} (state {index}); they "
-                    "were taken at different steps or come from different runs"
-                )
-            owned[split] = pair
-    return owned
-
-
-def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[str, Any]:
-    """Merge the states of every rank of one run into the state every new rank loads.
-
-    Each split's count comes from the state that owns it; splits nobody owns keep
-    the largest (lockstep) count and an ``UnownedSplitsWarning`` names them. The
-    merged ``owned_splits`` is the union.
-
-    Raises:
-        ValueError: no states, malformed states, different plans, snapshots or
-            epochs, two owners disagreeing, or (unless ``allow_lag``) owned counts
-            that differ between states.
-    """
-    if not states:
-        raise ValueError("merge_state_dicts needs at least one state; pass every rank's state")
-    parsed = [parse_state(state) for state in states]
-    _check_same_run(parsed)
-    owned = _owner_counts(parsed)
-    first = parsed[0]
-    if not allow_lag:
-        _check_lockstep(owned)
-    unowned = [split for split in range(first.num_splits) if split not in owned]
-    if unowned:
-        warnings.warn(
-            f"no state owns splits {unowned}; using their lockstep counts. Pass the "
-            "state of every rank of the old run for an exact resume",
-            UnownedSplitsWarning,
-            stacklevel=3,
-        )
-    merged_progress = [
-        owned[split] if split in owned else _lockstep(parsed, split) for split in range(first.num_splits)
-    ]
-    merged = StreamState(
-        **{
-            **first.__dict__,
-            "samples": tuple(count for count, _, _ in merged_progress),
-            "positions": tuple(position for _, position, _ in merged_progress),
-            "owned_splits": tuple(sorted(owned)),
-            "anchors": None if first.anchors is None else tuple(a for _, _, a in merged_progress),  # type: ignore[misc]
-        }
-    )
-    return merged.to_dict()
-
-
-def _lockstep(states: Sequence[StreamState], split: int) -> Progress:
-    """An unowned split: the largest lockstep count; packing keeps the furthest anchor."""
-    count = max(state.samples[split] for state in states)
-    if states[0].anchors is None:
-        return (count, max(max(state.positions[split] for state in states), count), None)
-    anchor = max(state.anchors[split] for state in states if state.anchors is not None)
-    return (count, anchor[1], anchor)
-
-
-def _check_lockstep(owned: dict[int, Progress]) -> None:
-    counts = {split: pair[0] for split, pair in owned.items()}
-    distinct = sorted(set(counts.values()))
-    if len(distinct) > 1:
-        low = min(counts, key=lambda split: counts[split])
-        high = max(counts, key=lambda split: counts[split])
-        raise ValueError(
-            f"owned counts differ between states: split {low} has {counts[low]} samples "
-            f"consumed, split {high} has {counts[high]}; synchronous ranks stop at the "
-            "same step, so these states were taken at different steps. Merge states of "
-            "one step, or pass allow_lag=True to accept ranks of unequal length"
         )

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import SnapshotGoneError, StreamingDataset, TableMovedWarning, UnownedSplitsWarning
-from streaming.state import merge_states, parse_state
+from streaming.merge import merge_states
+from streaming.state import parse_state
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, table_data, take
 
