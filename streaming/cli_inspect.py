@@ -31,8 +31,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"snapshot: {table['uri']} at version {table['version']}")
     print("settings: " + _settings_line(state))
     print("progress per split:")
+    packed = state.get("packing") is not None
     lines = [
-        _split_line(split, count, position, length, split in owned)
+        _split_line(split, count, position, length, split in owned, packed=packed)
         for split, (count, position) in enumerate(zip(samples, state["positions_consumed_per_split"]))
     ]
     print_listing(lines, show_all=args.all)
@@ -60,11 +61,21 @@ def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int 
             block_rows=plan["block_rows"],
             shuffle_buffer_size=plan["window_rows"] * state["num_splits"],
             shuffle_clump_size=plan["clump_rows"],
+            **_packing_keywords(state),
         )
         dataset.load_state_dict(state)
     except FAILURES as error:
         return None, f"the table could not be checked: {one_line(error)}"
+    if state.get("packing") is not None:
+        return state["packing"]["blocks_per_epoch"] // state["num_splits"], ""
     return dataset.split_length, ""
+
+
+def _packing_keywords(state: dict[str, Any]) -> dict[str, Any]:
+    packing = state.get("packing")
+    if packing is None:
+        return {}
+    return {name: packing[name] for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")}
 
 
 def _done_line(consumed: int, num_splits: int, length: int | None, why: str) -> str:
@@ -85,8 +96,15 @@ def _settings_line(state: dict[str, Any]) -> str:
         f"shuffle_seed={state['shuffle_seed']} block_rows={plan['block_rows']} "
         f"window_rows={plan['window_rows']} clump_rows={plan['clump_rows']} "
         f"plan_format={plan['plan_format']} format_version={state['format_version']} "
-        f"filter={state['filter']!r} columns={columns}"
+        f"filter={state['filter']!r} columns={columns}" + _packing_settings(state)
     )
+
+
+def _packing_settings(state: dict[str, Any]) -> str:
+    packing = state.get("packing")
+    if packing is None:
+        return ""
+    return " " + " ".join(f"{name}={value}" for name, value in _packing_keywords(state).items())
 
 
 def _bar(done: int, total: int) -> str:
@@ -94,8 +112,13 @@ def _bar(done: int, total: int) -> str:
     return "[" + "#" * filled + "." * (_BAR_WIDTH - filled) + "]"
 
 
-def _split_line(split: int, count: int, position: int, length: int | None, owned: bool) -> str:
-    skipped = f", position {position}" if position != count else ""
+def _split_line(
+    split: int, count: int, position: int, length: int | None, owned: bool, *, packed: bool
+) -> str:
+    if packed:
+        skipped = f", next document {position}"
+    else:
+        skipped = f", position {position}" if position != count else ""
     note = "" if owned else " (lockstep)"
     if length is None:
         return f"  split {split:>4}: {count} consumed{skipped}{note}"

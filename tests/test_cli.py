@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lance
+import pyarrow as pa
 import pytest
 import torch
 from hypothesis import given, settings
@@ -78,6 +80,25 @@ def test_inspect_shows_progress_snapshot_and_settings(run):
     assert "filter=None columns=id,label,vec,text" in out
     assert "split    0 [##..................] 5/43  11.6%\n" in out
     assert "split    1 [##..................] 5/43  11.6% (lockstep)\n" in out
+
+
+def test_inspect_shows_packed_blocks_and_documents(tmp_path):
+    path = str(tmp_path / "docs.lance")
+    documents = [[100 + i] * (i % 9) for i in range(200)]
+    lance.write_dataset(pa.table({"tokens": pa.array(documents, pa.list_(pa.int32()))}), path)
+    packed = StreamingDataset(
+        path, num_splits=4, columns=["tokens"], pack_sequences=32, eos_id=1, pad_id=0, blocks_per_epoch=40
+    )
+    iterator = iter(packed)
+    for _ in range(8):
+        next(iterator)
+    (tmp_path / "state.json").write_text(json.dumps(packed.state_dict()))
+    result = cli("inspect", str(tmp_path / "state.json"))
+    assert result.returncode == 0, result.stderr
+    assert "done: 20.0% of the epoch (8 of 40 planned samples; split length 10)" in result.stdout
+    assert "pack_sequences=32 eos_id=1 pad_id=0 blocks_per_epoch=40" in result.stdout
+    document = packed.state_dict()["positions_consumed_per_split"][0]
+    assert f"split    0 [####................] 2/10  20.0%, next document {document}\n" in result.stdout
 
 
 def test_inspect_finds_the_state_inside_a_torch_checkpoint(run):
