@@ -9,6 +9,8 @@ the batch; the trainer's process applies it when ``next()`` hands the batch over
 from __future__ import annotations
 
 import os
+import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,3 +153,20 @@ def shipping_for_loader(token: str) -> bool:
 def loader_batch(token: str) -> int:
     """Rows per columnar batch the loader iterating ``token`` wants (0: row dicts)."""
     return _SHIPPING.get(token, 0)
+
+
+def pickled_for_a_child_process() -> bool:
+    """True when multiprocessing pickles this object to start a child process.
+
+    Distinguishes a DataLoader starting workers from ``copy.deepcopy`` or
+    ``pickle.dumps`` by the user, which must not mark the dataset.
+    """
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(40):
+        if frame is None:
+            return False
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/multiprocessing/" in path and frame.f_code.co_name in ("dump", "_launch", "start"):
+            return True
+        frame = frame.f_back
+    return False

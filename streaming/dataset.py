@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
-import types
 import uuid
 import warnings
 import weakref
@@ -15,9 +13,9 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from . import commit, source, stats, watchdog
 from .assemble import iterate_batches
+from .checkpoint import Checkpointing
 from .errors import EpochCompleteWarning
 from .iterate import Progress, is_running, iterate_cycles
-from .merge import merge_states
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
@@ -26,37 +24,15 @@ from .options import (
     Options,
     check_options,
 )
-from .packing import Anchor, iterate_blocks
+from .packing import iterate_blocks
 from .packing import resolve as packing_settings
 from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
 from .reader import WindowSource
-from .state import StreamState, check_compatible, parse_state
 from .stats import Counters
 from .topology import draw_seed, topology
 
 
-def _pickled_for_a_child_process() -> bool:
-    """True when multiprocessing pickles this object to start a child process.
-
-    Distinguishes a DataLoader starting workers from ``copy.deepcopy`` or
-    ``pickle.dumps`` by the user, which must not mark the dataset.
-    """
-    frame: types.FrameType | None = sys._getframe(2)
-    for _ in range(40):
-        if frame is None:
-            return False
-        path = frame.f_code.co_filename.replace("\\", "/")
-        if "/multiprocessing/" in path and frame.f_code.co_name in ("dump", "_launch", "start"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-Counts = tuple[list[int], list[int], list[Anchor]]
-"""(samples, positions, packing anchors) of every split."""
-
-
-class StreamingDataset(IterableDataset[Any]):
+class StreamingDataset(Checkpointing, IterableDataset[Any]):
     """Stream one snapshot of a Lance table with exact, elastic checkpoint/resume.
 
     The table's planned rows (live rows matching ``filter``) are cut into
@@ -408,142 +384,6 @@ class StreamingDataset(IterableDataset[Any]):
         self._epoch = epoch
         self._progress = Progress(self.num_splits)
 
-    # -- state --------------------------------------------------------------
-
-    def _describe(
-        self, samples: Sequence[int], positions: Sequence[int], anchors: Sequence[Anchor] = ()
-    ) -> StreamState:
-        settings = self._plan.settings
-        return StreamState(
-            num_splits=self.num_splits,
-            shuffle=self._options.shuffle,
-            shuffle_seed=self.shuffle_seed,
-            epoch=self._epoch,
-            block_rows=settings.block_rows,
-            window_rows=settings.window_rows,
-            clump_rows=settings.clump_rows,
-            samples=tuple(samples),
-            positions=tuple(positions),
-            owned_splits=tuple(self._rank_splits),
-            uri=self._snapshot.uri,
-            version=self._snapshot.version,
-            filter=self._options.filter,
-            columns=self._columns,
-            packing=self._packing_key(),
-            anchors=tuple(anchors) if self._packing is not None else None,
-        )
-
-    def _packing_key(self) -> tuple[int, int, int, int] | None:
-        packing = self._packing
-        if packing is None:
-            return None
-        return (packing.pack_sequences, packing.eos_id, packing.pad_id, packing.blocks_per_epoch)
-
-    def state_dict(self) -> dict[str, Any]:
-        """The position after the last completed cycle, as plain JSON data.
-
-        Owned splits carry their exact counts; every other split carries where it
-        stands if all ranks advance in lockstep, so one rank's state resumes a
-        synchronous job on the same topology. Never contains credentials.
-        """
-        if self._shipped:
-            raise RuntimeError(
-                "this dataset was sent to the worker processes of a plain DataLoader, whose "
-                "progress never reaches this process, so its state would be wrong; iterate it "
-                "with streaming.StreamingDataLoader, which commits each batch as it is returned"
-            )
-        counts = self._boundary_counts()
-        if counts is None:
-            raise RuntimeError(
-                "the splits of this rank have advanced unequally since this run started: the "
-                "state is between logical steps of the DataLoader workers; consume more batches "
-                "(one from every worker) and call state_dict() again, or use "
-                "StreamingDataLoader.state_dict(), which returns the last logical step boundary"
-            )
-        return self._state_from(*counts)
-
-    def _boundary_counts(self) -> Counts | None:
-        """(samples, positions, anchors) now, if every unfinished owned split advanced equally."""
-        progress = self._progress
-        samples, start = progress.samples, progress.start
-        advances = {
-            samples[split] - start[split] for split in self._rank_splits if self._remaining(split) > 0
-        }
-        return (samples, progress.positions, list(progress.anchors)) if len(advances) <= 1 else None
-
-    def _state_from(
-        self, samples: Sequence[int], positions: Sequence[int], anchors: Sequence[Anchor]
-    ) -> dict[str, Any]:
-        """The state dict for boundary counts, non-owned splits in lockstep."""
-        progress, length, owned = self._progress, self._plan.split_length, self._rank_splits
-        advance = min(samples[split] - progress.start[split] for split in owned)
-        samples, positions = list(samples), list(positions)
-        for split in range(self.num_splits):
-            if split not in owned:
-                samples[split] = min(self._remaining(split, whole=True), progress.start[split] + advance)
-                if self._packing is None:
-                    positions[split] = max(samples[split], min(length, progress.positions[split] + advance))
-        return self._describe(samples, positions, anchors).to_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
-
-        The whole state is validated first; a refused state leaves the dataset as
-        it was.
-
-        Raises:
-            ValueError: malformed state, unknown format, peer checkpoint, or any plan
-                input that differs from this dataset's (the message names the
-                field, both values and the fix).
-            source.SnapshotGoneError: the pinned version no longer exists.
-            RuntimeError: an iterator of this dataset is active.
-        """
-        self._require_idle("load_state_dict")
-        saved = parse_state(state)
-        pinned = self._snapshot.at_version(saved.version)
-        handle = source.open_snapshot(pinned, fresh=True)
-        before = (
-            self._snapshot,
-            self._columns,
-            self._filter_index,
-            self._fragments,
-            self._plan,
-            self._packing,
-        )
-        try:
-            self._open(pinned, handle, epoch=saved.epoch)
-            current = self._describe(saved.samples, saved.positions, saved.anchors or ())
-            check_compatible(saved, current, split_length=self._plan.split_length)
-        except BaseException:
-            (
-                self._snapshot,
-                self._columns,
-                self._filter_index,
-                self._fragments,
-                self._plan,
-                self._packing,
-            ) = before
-            raise
-        self._epoch = saved.epoch
-        self._progress.reset(saved.samples, saved.positions, saved.anchors)
-        self._shipped = False
-        if self._tag_snapshot:
-            source.protect(self._snapshot)
-
-    def release_snapshot(self) -> bool:
-        """Remove the tag that protects this dataset's version (see ``tag_snapshot``).
-
-        Returns False when the version had no such tag. After this, cleaning up old
-        versions may delete it, and states that pin it can no longer be resumed.
-        """
-        return source.release(self._snapshot)
-
-    def _commit(self, snapshot: commit.Snapshot) -> None:
-        """Adopt a worker's counts for the splits it owns (the batch reached the trainer)."""
-        self._progress.apply(snapshot.splits, snapshot.samples, snapshot.positions, snapshot.anchors)
-        if snapshot.counters is not None:
-            self._worker_counters[(snapshot.pid, snapshot.worker)] = snapshot.counters
-
     def stats(self) -> dict[str, float]:
         """Live statistics of this rank, including its DataLoader workers.
 
@@ -575,18 +415,7 @@ class StreamingDataset(IterableDataset[Any]):
         state["_loader_batch"] = commit.loader_batch(self._token)
         state["_counters"] = Counters()
         state["_worker_counters"] = {}
-        if not commit.shipping_for_loader(self._token) and _pickled_for_a_child_process():
+        if not commit.shipping_for_loader(self._token) and commit.pickled_for_a_child_process():
             self._shipped = True
         state["_shipped"] = False
         return state
-
-    @staticmethod
-    def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
-        """Merge every old rank's state into the one state every new rank loads.
-
-        Each split's count comes from the state that owns it. Refuses states of
-        different plans, snapshots or epochs, owners that disagree, and (unless
-        ``allow_lag=True``, which accepts ranks of unequal remaining length) owned
-        counts that differ between states.
-        """
-        return merge_states(states, allow_lag=allow_lag)

@@ -11,7 +11,8 @@ from torch.utils.data import DataLoader, default_collate
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from . import commit
-from .dataset import Counts, StreamingDataset
+from .checkpoint import Counts
+from .dataset import StreamingDataset
 from .plan import worker_splits
 
 _SAFE_METHODS = ("forkserver", "spawn")
