@@ -60,7 +60,8 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         rank: This process's rank; defaults to the process group's, else 0.
         world_size: Number of ranks; defaults to the process group's, else 1.
         read_batch_size: Rows per ``transform`` call.
-        io_queue_depth: Threads reading windows in the background.
+        io_queue_depth: Threads reading windows in the background (as many again
+            run the per-fragment takes of those reads).
         prefetch_batches: Accepted for compatibility with ``lancedb.streaming``.
         columns: Columns to read; ``None`` reads every column of the snapshot.
         shuffle_clump_size: Rows kept together when permuting a window.

@@ -25,6 +25,7 @@ Layout of an epoch, outermost first:
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -181,7 +182,12 @@ class EpochPlan:
         if not self.settings.shuffle:
             return np.arange(start, stop, dtype=np.int64)
         visits = start + self._window_permutation(split, window, stop - start)
-        return self._visit_to_row(split, visits, first=start, last=stop)
+        block_rows = self.settings.block_rows
+        blocks = self._window_blocks(split, first=start, last=stop)
+        result: np.ndarray = (
+            blocks[visits // block_rows - start // block_rows] * block_rows + visits % block_rows
+        )
+        return result
 
     def _window_permutation(self, split: int, window: int, length: int) -> np.ndarray:
         """Visit offsets in a window in delivery order: full clumps permuted, tail last."""
@@ -192,17 +198,16 @@ class EpochPlan:
         order = (clumps[:, None] * clump + np.arange(clump)).reshape(-1)
         return np.concatenate([order, np.arange(full * clump, length)])
 
-    def _visit_to_row(self, split: int, visits: np.ndarray, *, first: int, last: int) -> np.ndarray:
-        """Map visit indices in [first, last) (block-aligned ``first``) to split rows."""
+    def _window_blocks(self, split: int, *, first: int, last: int) -> np.ndarray:
+        """Split block visited at each block slot touched by visits [first, last)."""
         block_rows = self.settings.block_rows
         full = self.split_length // block_rows
-        first_block = first // block_rows
-        blocks = np.arange(first_block, -(-last // block_rows), dtype=np.int64)
-        in_full = blocks < full
-        key = digest("blocks", self.settings.seed, self.settings.epoch, split)
-        blocks[in_full] = permute(blocks[in_full], full, key)
-        result: np.ndarray = blocks[visits // block_rows - first_block] * block_rows + visits % block_rows
-        return result
+        blocks = np.arange(first // block_rows, -(-last // block_rows), dtype=np.int64)
+        if self.settings.shuffle:
+            in_full = blocks < full
+            key = digest("blocks", self.settings.seed, self.settings.epoch, split)
+            blocks[in_full] = permute(blocks[in_full], full, key)
+        return blocks
 
     def laid_out(self, split: int, rows: np.ndarray) -> np.ndarray:
         """Index into the laid-out, rotated sequence for split-local ``rows``."""
@@ -221,25 +226,80 @@ class EpochPlan:
         """What to read for the (split, window) ``requests`` and how to order it.
 
         All requests share one sorted read per fragment, so windows of many splits
-        cost one Lance call per fragment rather than one per split.
+        cost one Lance call per fragment rather than one per split. A window's rows
+        are whole blocks (cut by the window and split ends), which are runs of
+        consecutive laid-out rows, so only the runs are sorted, not every row. A
+        request given c times has each of its rows c times in the read.
         """
-        laid_parts = []
-        for split, window in requests:
-            laid_parts.append(self.laid_out(split, self.window_rows_order(split, window)))
-        laid = np.concatenate(laid_parts) if laid_parts else np.zeros(0, dtype=np.int64)
-        order = np.argsort(laid, kind="stable")
-        ordered = laid[order]
-        fragment_index = np.searchsorted(self.bounds, ordered, side="right") - 1
-        cuts = np.flatnonzero(np.diff(fragment_index)) + 1
-        pieces = []
-        for chunk, indices in zip(np.split(ordered, cuts), np.split(fragment_index, cuts)):
-            if chunk.size:
-                index = int(indices[0])
-                pieces.append((int(self.fragment_ids[index]), chunk - self.bounds[index]))
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(order.size)
-        splits_at = np.cumsum([part.size for part in laid_parts])[:-1]
-        return WindowRead(pieces=tuple(pieces), gathers=tuple(np.split(inverse, splits_at)))
+        keys = list(dict.fromkeys(requests))
+        if not keys:
+            return WindowRead(pieces=(), gathers=())
+        copies = Counter(requests)
+        runs = [self._window_runs(split, window) for split, window in keys]
+        starts = np.concatenate([run[0] for run in runs])
+        lengths = np.concatenate([run[1] for run in runs])
+        weights = np.concatenate([np.full(run[0].size, copies[key]) for run, key in zip(runs, keys)])
+        order = np.argsort(starts, kind="stable")
+        lengths, weighted = lengths[order], lengths[order] * weights[order]
+        first_rank = np.empty_like(starts)
+        first_rank[order] = np.cumsum(weighted) - weighted
+        ordered = np.repeat(starts[order] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        if len(keys) < len(requests):
+            ordered = np.repeat(ordered, np.repeat(weights[order], lengths))
+        base, ranks = 0, {}
+        for key, (run_starts, _, row_run, row_offset) in zip(keys, runs):
+            ranks[key] = first_rank[base + row_run] + row_offset * copies[key]
+            base += run_starts.size
+        seen: Counter[tuple[int, int]] = Counter()
+        gathers = []
+        for key in requests:
+            gathers.append(ranks[key] + seen[key] if seen[key] else ranks[key])
+            seen[key] += 1
+        return WindowRead(pieces=self._pieces(ordered), gathers=tuple(gathers))
+
+    def _window_runs(self, split: int, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One window as runs of consecutive laid-out rows, and where each of its rows sits.
+
+        Returns (run starts, run lengths, run of every row, offset of every row in its
+        run), rows in delivery order. Every block slot of the window is one run, cut
+        in two where the laid-out sequence wraps past its end; the second part is
+        empty for every slot but the one that wraps.
+        """
+        start, stop = self.window_bounds(window)
+        block_rows = self.settings.block_rows
+        slots = np.arange(start // block_rows, -(-stop // block_rows), dtype=np.int64)
+        low = np.maximum(slots * block_rows, start)
+        length = np.minimum(slots * block_rows + block_rows, stop) - low
+        blocks = self._window_blocks(split, first=start, last=stop)
+        laid = self.laid_out(split, blocks * block_rows + low - slots * block_rows)
+        before_wrap = np.minimum(length, self.total_rows - laid)
+        if self.settings.shuffle:
+            visits = start + self._window_permutation(split, window, stop - start)
+        else:
+            visits = np.arange(start, stop, dtype=np.int64)
+        slot = visits // block_rows - slots[0]
+        offset = visits - low[slot]
+        wrapped = offset >= before_wrap[slot]
+        offset -= wrapped * before_wrap[slot]
+        run = slot + wrapped * slots.size
+        return (
+            np.concatenate([laid, np.zeros_like(laid)]),
+            np.concatenate([before_wrap, length - before_wrap]),
+            run,
+            offset,
+        )
+
+    def _pieces(self, ordered: np.ndarray) -> tuple[tuple[int, np.ndarray], ...]:
+        """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch."""
+        first, last = np.searchsorted(self.bounds, ordered[[0, -1]], side="right") - 1
+        cuts = np.searchsorted(ordered, self.bounds[first : last + 2])
+        touched = first + np.flatnonzero(cuts[1:] > cuts[:-1])
+        return tuple(
+            (int(self.fragment_ids[index]), ordered[low:high] - self.bounds[index])
+            for index, low, high in zip(
+                touched.tolist(), cuts[touched - first].tolist(), cuts[touched - first + 1].tolist()
+            )
+        )
 
     def _check_position(self, split: int, position: int) -> None:
         if not 0 <= split < self.settings.num_splits:

@@ -269,8 +269,10 @@ def read_rows(
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
     One ``take`` per fragment (Lance reads runs of consecutive offsets as ranges).
-    With ``executor`` the takes run on its threads, several at once: a take
-    releases the GIL while Lance reads, so they overlap each other and the trainer.
+    With ``executor`` pieces longer than ``_TAKE_ROWS`` offsets are cut into
+    consecutive parts, one take each, and the takes run on its threads, several at
+    once: a take releases the GIL while Lance reads, so they overlap each other and
+    the trainer. Either way the rows come back in the order of ``pieces``.
     """
     names = list(columns)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from streaming.plan import (
     EpochPlan,
     PlanSettings,
+    WindowRead,
     digest,
     permute,
     rank_splits,
@@ -105,6 +106,43 @@ def test_global_step_is_the_same_for_every_topology(inputs, data):
         single = {plan.locate(s, p) for s in range(splits) for p in positions}
         spread = {plan.locate(s, p) for group in owners for s in group for p in positions}
         assert spread == single, f"step {step} differs for W={world_size}, k={workers}"
+
+
+def reference_window_read(plan: EpochPlan, requests) -> WindowRead:
+    """The plain definition of a window read: sort every requested row (stable argsort)."""
+    laid = np.concatenate([plan.laid_out(s, plan.window_rows_order(s, w)) for s, w in requests])
+    order = np.argsort(laid, kind="stable")
+    ordered = laid[order]
+    fragment_index = np.searchsorted(plan.bounds, ordered, side="right") - 1
+    cuts = np.flatnonzero(np.diff(fragment_index)) + 1
+    pieces = tuple(
+        (int(plan.fragment_ids[indices[0]]), chunk - plan.bounds[indices[0]])
+        for chunk, indices in zip(np.split(ordered, cuts), np.split(fragment_index, cuts))
+    )
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    sizes = [plan.window_bounds(w)[1] - plan.window_bounds(w)[0] for _, w in requests]
+    return WindowRead(pieces=pieces, gathers=tuple(np.split(inverse, np.cumsum(sizes)[:-1])))
+
+
+@settings(max_examples=150, deadline=None)
+@given(plan_inputs, st.data())
+def test_window_read_sorts_blocks_like_sorting_every_row(inputs, data):
+    """Blocks cut by fragments, the split end and the wrap-around, repeated requests too."""
+    plan = make_plan(**inputs)
+    key = st.tuples(st.integers(0, inputs["splits"] - 1), st.integers(0, plan.num_windows - 1))
+    requests = data.draw(st.lists(key, min_size=1, max_size=6))
+    got, want = plan.window_read(requests), reference_window_read(plan, requests)
+    assert [f for f, _ in got.pieces] == [f for f, _ in want.pieces], f"fragments differ for {requests}"
+    for (fragment, offsets), (_, expected) in zip(got.pieces, want.pieces):
+        assert offsets.tolist() == expected.tolist(), f"offsets of fragment {fragment} differ for {requests}"
+    assert len(got.gathers) == len(requests)
+    for i, (gather, expected) in enumerate(zip(got.gathers, want.gathers)):
+        assert gather.tolist() == expected.tolist(), f"gather of request {i} {requests[i]} differs"
+
+
+def test_window_read_of_nothing_is_empty():
+    assert make_plan([5, 7], splits=2).window_read([]) == WindowRead(pieces=(), gathers=())
 
 
 @settings(max_examples=100, deadline=None)
