@@ -17,6 +17,9 @@ from .packing import Anchor, Packing
 from .plan import EpochPlan
 from .state import StreamState, check_compatible, parse_state
 
+_OPENED = ("_snapshot", "_columns", "_filter_index", "_fragments", "_plan", "_packing")
+"""What ``_open`` assigns; restored when a state is refused."""
+
 Counts = tuple[list[int], list[int], list[Anchor]]
 """(samples, positions, packing anchors) of every split."""
 
@@ -139,27 +142,14 @@ class Checkpointing:
         saved = parse_state(state)
         pinned = self._snapshot.at_version(saved.version)
         handle = source.open_snapshot(pinned, fresh=True)
-        before = (
-            self._snapshot,
-            self._columns,
-            self._filter_index,
-            self._fragments,
-            self._plan,
-            self._packing,
-        )
+        before = {name: getattr(self, name) for name in _OPENED}
         try:
             self._open(pinned, handle, epoch=saved.epoch)
             current = self._describe(saved.samples, saved.positions, saved.anchors or ())
             check_compatible(saved, current, split_length=self._plan.split_length)
         except BaseException:
-            (
-                self._snapshot,
-                self._columns,
-                self._filter_index,
-                self._fragments,
-                self._plan,
-                self._packing,
-            ) = before
+            for name, value in before.items():
+                setattr(self, name, value)
             raise
         self._epoch = saved.epoch
         self._progress.reset(saved.samples, saved.positions, saved.anchors)

@@ -120,27 +120,8 @@ def test_prefetched_batches_do_not_move_the_state(uri):
     assert data.state_dict()["samples_consumed_per_split"] == [2] * NUM_SPLITS
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
-def test_len_matches_the_batches_yielded(uri, workers):
-    data = dataset(uri, num_splits=NUM_SPLITS)
-    batches = loader(data, workers, batch_size=4)
-    expected = len(batches)
-    assert expected == len(batch_ids(batches))
-    resumed = dataset(uri)
-    first = iter(loader(resumed, workers, batch_size=4))
-    for _ in range(max(workers, 1) * 2):
-        next(first)
-    state = first._loader.state_dict()
-    del first
-    again = dataset(uri)
-    again.load_state_dict(state)
-    rest = loader(again, workers, batch_size=4)
-    assert len(rest) == len(batch_ids(rest))
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
-    whole = len(loader(dataset(uri), workers, batch_size=4))
+def resumed_after_two_steps(uri: str, workers: int) -> StreamingDataset:
+    """A fresh dataset loaded with the loader state after two batches of every worker."""
     first = iter(loader(dataset(uri), workers, batch_size=4))
     for _ in range(max(workers, 1) * 2):
         next(first)
@@ -148,6 +129,23 @@ def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
     del first
     again = dataset(uri)
     again.load_state_dict(state)
+    return again
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_len_matches_the_batches_yielded(uri, workers):
+    data = dataset(uri, num_splits=NUM_SPLITS)
+    batches = loader(data, workers, batch_size=4)
+    expected = len(batches)
+    assert expected == len(batch_ids(batches))
+    rest = loader(resumed_after_two_steps(uri, workers), workers, batch_size=4)
+    assert len(rest) == len(batch_ids(rest))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
+    whole = len(loader(dataset(uri), workers, batch_size=4))
+    again = resumed_after_two_steps(uri, workers)
     remaining = len(loader(again, workers, batch_size=4))
     rest = loader(again, workers, batch_size=4, len_counts="epoch")
     assert len(rest) == whole > remaining
