@@ -227,7 +227,8 @@ def _why_raw_scan(results: Results) -> str:
         f"{check}The raw scan is a sequential read of whole Arrow batches at {raw.cpu_per_row_us:.2f} µs "
         "of CPU per row. Ours does what a shuffled loader needs and a scan does not: it reads 64-row "
         "blocks in a seeded order with sorted Lance takes per fragment per window, several in "
-        "parallel (many small ranges instead of one sequential read), computes each window's permutation, and cuts batches of 256 "
+        "parallel (many small ranges instead of one sequential read), computes each window's "
+        "permutation, and cuts batches of 256 "
         f"rows, each gathered and turned into tensors: {ours.cpu_per_row_us:.2f} µs of CPU per row in "
         "all. Larger blocks read a little faster but mix worse (see the mixing trade-off)."
     )
