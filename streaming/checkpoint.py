@@ -7,6 +7,7 @@ from construction and iteration.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ class Checkpointing:
         def num_splits(self) -> int: ...
         @property
         def shuffle_seed(self) -> int: ...
-        def _remaining(self, split: int, *, whole: bool = False) -> int: ...
+        def _remaining(self, *, whole: bool = False) -> list[int]: ...
         def _require_idle(self, action: str) -> None: ...
         def _open(self, snapshot: source.Snapshot, handle: Any, *, epoch: int) -> None: ...
 
@@ -74,10 +75,7 @@ class Checkpointing:
         )
 
     def _packing_key(self) -> tuple[int, int, int, int] | None:
-        packing = self._packing
-        if packing is None:
-            return None
-        return (packing.pack_sequences, packing.eos_id, packing.pad_id, packing.blocks_per_epoch)
+        return None if self._packing is None else dataclasses.astuple(self._packing)
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last completed cycle, as plain JSON data.
@@ -105,10 +103,8 @@ class Checkpointing:
     def _boundary_counts(self) -> Counts | None:
         """(samples, positions, anchors) now, if every unfinished owned split advanced equally."""
         progress = self._progress
-        samples, start = progress.samples, progress.start
-        advances = {
-            samples[split] - start[split] for split in self._rank_splits if self._remaining(split) > 0
-        }
+        samples, start, remaining = progress.samples, progress.start, self._remaining()
+        advances = {samples[split] - start[split] for split in self._rank_splits if remaining[split] > 0}
         return (samples, progress.positions, list(progress.anchors)) if len(advances) <= 1 else None
 
     def _state_from(
@@ -117,10 +113,10 @@ class Checkpointing:
         """The state dict for boundary counts, non-owned splits in lockstep."""
         progress, length, owned = self._progress, self._plan.split_length, self._rank_splits
         advance = min(samples[split] - progress.start[split] for split in owned)
-        samples, positions = list(samples), list(positions)
+        samples, positions, whole = list(samples), list(positions), self._remaining(whole=True)
         for split in range(self.num_splits):
             if split not in owned:
-                samples[split] = min(self._remaining(split, whole=True), progress.start[split] + advance)
+                samples[split] = min(whole[split], progress.start[split] + advance)
                 if self._packing is None:
                     positions[split] = max(samples[split], min(length, progress.positions[split] + advance))
         return self._describe(samples, positions, anchors).to_dict()

@@ -75,7 +75,9 @@ def _packing_keywords(state: dict[str, Any]) -> dict[str, Any]:
     packing = state.get("packing")
     if packing is None:
         return {}
-    return {name: packing[name] for name in ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")}
+    from .state import PACKING_SETTINGS
+
+    return {name: packing[name] for name in PACKING_SETTINGS}
 
 
 def _done_line(consumed: int, num_splits: int, length: int | None, why: str) -> str:

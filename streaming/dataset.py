@@ -262,15 +262,16 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
 
     def __len__(self) -> int:
         """Samples (or packed blocks) the next iterator of this rank will yield."""
-        return sum(self._remaining(split) for split in self._rank_splits)
+        remaining = self._remaining()
+        return sum(remaining[split] for split in self._rank_splits)
 
-    def _remaining(self, split: int, *, whole: bool = False) -> int:
-        """Samples ``split`` has left in this epoch (``whole``: from its start)."""
+    def _remaining(self, *, whole: bool = False) -> list[int]:
+        """Samples (or blocks) each split has left in this epoch (``whole``: all of it)."""
         if self._packing is not None:
-            return self._packing.split_blocks(self.num_splits) - (
-                0 if whole else self._progress.samples[split]
-            )
-        return self._plan.split_length - (0 if whole else self._progress.positions[split])
+            budget = self._packing.split_blocks(self.num_splits)
+            return [budget - (0 if whole else count) for count in self._progress.samples]
+        length = self._plan.split_length
+        return [length - (0 if whole else position) for position in self._progress.positions]
 
     def __repr__(self) -> str:
         return (
@@ -304,13 +305,13 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         A new iterator continues from the committed position; an older iterator of
         the same dataset is closed (it stops) so two never advance one position.
         """
-        if is_running(self._active):
-            assert self._active is not None
-            self._active.close()
+        if self._active is not None:
+            self._active.close()  # a no-op once it has finished
         worker, num_workers = self._worker()
         splits = self._iterator_splits(worker, num_workers)
         commit.register(self._token, self._progress, splits, worker, self._counters)
-        if all(self._remaining(split) == 0 for split in splits):
+        remaining = self._remaining()
+        if all(remaining[split] == 0 for split in splits):
             warnings.warn(
                 f"epoch {self._epoch} was already fully delivered, so this iterator yields "
                 f"nothing; call set_epoch({self._epoch + 1}) to move on",
@@ -356,9 +357,8 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
         if loader_iterator is not None:
             loader_iterator.close()
-        if is_running(self._active):
-            assert self._active is not None
-            self._active.close()
+        if self._active is not None:
+            self._active.close()  # a no-op once it has finished
 
     def _require_idle(self, action: str) -> None:
         loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None

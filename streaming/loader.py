@@ -205,13 +205,14 @@ class StreamingDataLoader(DataLoader[Any]):
         however much of it was delivered (as torchdata and Lightning count).
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
-        workers, whole = max(1, self.num_workers), self._len_counts == "epoch"
+        workers = max(1, self.num_workers)
+        remaining = dataset._remaining(whole=self._len_counts == "epoch")
         total = 0
         for worker in range(workers):
             splits = worker_splits(
                 dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
             )
-            total += -(-sum(dataset._remaining(split, whole=whole) for split in splits) // batch_size)
+            total += -(-sum(remaining[split] for split in splits) // batch_size)
         return total
 
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:

@@ -20,6 +20,8 @@ from .plan import PLAN_FORMAT
 FORMAT_VERSION = 2
 """2 added ``packing``; version-1 states (no packing) are still read."""
 _READABLE = (1, 2)
+PACKING_SETTINGS = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
+"""The packing settings, in the order of ``StreamState.packing``."""
 
 _PEER_HINT = (
     "this checkpoint has no format_version: it comes from another plan "
@@ -165,9 +167,8 @@ class StreamState:
     def _packing_dict(self) -> dict[str, Any] | None:
         if self.packing is None:
             return None
-        names = ("pack_sequences", "eos_id", "pad_id", "blocks_per_epoch")
         anchors = [list(anchor) for anchor in self.anchors or ()]
-        return {**dict(zip(names, self.packing)), "anchors": anchors}
+        return {**dict(zip(PACKING_SETTINGS, self.packing)), "anchors": anchors}
 
 
 def _check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
@@ -278,7 +279,7 @@ def _parse_packing(
             f"state field 'packing.anchors' has {len(data['anchors'])} entries but num_splits="
             f"{num_splits}; the checkpoint is damaged or was edited"
         )
-    settings = (data["pack_sequences"], data["eos_id"], data["pad_id"], data["blocks_per_epoch"])
+    settings = tuple(data[name] for name in PACKING_SETTINGS)
     return settings, tuple((a[0], a[1], a[2]) for a in data["anchors"])
 
 

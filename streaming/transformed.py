@@ -37,20 +37,14 @@ class TransformedRows:
         self._samples: list[Any] = []
         self._skipped: list[int] = []  # positions in this window whose row was dropped
         for batch in ordered.to_batches(max_chunksize=batch_rows):
-            if on_error == "raise":
+            try:
                 self._samples.extend(_apply(transform, batch))
-            else:
-                self._transform_or_retry(transform, batch, on_error)
-
-    def _transform_or_retry(
-        self, transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch, on_error: OnError
-    ) -> None:
-        try:
-            self._samples.extend(_apply(transform, batch))
-        except _CountMismatch:
-            raise
-        except Exception:  # the user decides per row, below
-            self._retry_rows(transform, batch, on_error)
+            except _CountMismatch:
+                raise
+            except Exception:
+                if on_error == "raise":
+                    raise
+                self._retry_rows(transform, batch, on_error)  # the user decides per row
 
     def _retry_rows(
         self, transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch, on_error: OnError
