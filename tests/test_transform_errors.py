@@ -169,6 +169,12 @@ def test_workers_drop_only_the_failing_rows(uri, on_error):
     assert Counter(got) == Counter(good(planned(uri))), "lost, repeated or bad rows"
 
 
+def test_spawned_workers_drop_only_the_failing_rows(uri):
+    batches = loader(dataset(uri, skip_key_errors), 2, multiprocessing_context="spawn")
+    got = [i for batch in batches for i in batch["id"].tolist()]
+    assert Counter(got) == Counter(good(planned(uri))), "lost, repeated or bad rows"
+
+
 def test_workers_stats_and_resume_after_drops_are_exact(uri):
     data = dataset(uri)
     batches = loader(data, 2)
