@@ -223,10 +223,21 @@ def _why_raw_scan(results: Results) -> str:
             f"Over several passes back to back the raw scan keeps only {kept.rate:,.0f} rows/s, so part "
             "of its single-pass rate is batches decoded ahead while the first was awaited. "
         )
+    takes = median_run(results, "lance_takes")
+    limit = ""
+    if takes is not None and takes.rate > 0:
+        limit = (
+            f"Lance's takes of the same shuffled 64-row blocks, alone on one thread with nothing done to "
+            f"the Arrow they return, cost {takes.cpu_per_row_us:.2f} µs of CPU per row and deliver "
+            f"{takes.rate:,.0f} rows/s ({takes.rate / raw.rate:.3f}x the scan); ours delivers "
+            f"{ours.rate / takes.rate:.2f}x that rate. A shuffled reader that reads through Lance takes "
+            "pays that cost before any work of its own, so on this machine the scan's rate is out of "
+            "reach for it. "
+        )
     return (
         f"{check}The raw scan is a sequential read of whole Arrow batches at {raw.cpu_per_row_us:.2f} µs "
-        "of CPU per row. Ours does what a shuffled loader needs and a scan does not: it reads 64-row "
-        "blocks in a seeded order with sorted Lance takes per fragment per window, several in "
+        f"of CPU per row. {limit}Ours does what a shuffled loader needs and a scan does not: it reads "
+        "64-row blocks in a seeded order with sorted Lance takes per fragment per window, several in "
         "parallel (many small ranges instead of one sequential read), computes each window's "
         "permutation, and cuts batches of 256 "
         f"rows, each gathered and turned into tensors: {ours.cpu_per_row_us:.2f} µs of CPU per row in "
@@ -241,8 +252,9 @@ def _why_workers(results: Results) -> str:
         return ""
     cores = results.facts.get("cores", "?")
     return (
-        "With workers every batch is built in a worker process and pickled through a pipe to the "
-        f"trainer, and each worker runs its own Lance runtime: {k2.cpu_per_row_us:.2f} µs of CPU per row "
+        "With workers every batch is built in a worker process, its numeric columns copied into a "
+        "shared-memory slot and out again by the trainer, and each worker runs its own Lance runtime "
+        f"and read threads: {k2.cpu_per_row_us:.2f} µs of CPU per row "
         f"for k=2 against {k0.cpu_per_row_us:.2f} µs for k=0, which already kept {k0.cores:.2f} cores "
         f"busy on its own (its reads run in background threads). With {cores} cores shared by the "
         "trainer, its read threads and both workers, the extra work cannot be spread onto idle cores, "

@@ -15,6 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from . import transfer
 from .iterate import Progress
 from .stats import Counters
 
@@ -61,13 +64,15 @@ def snapshot(token: str) -> Snapshot | None:
 class Committed:
     """A collated batch and the progress its worker had made when it was built.
 
-    ``numpy`` marks a batch whose numeric columns travel as numpy arrays;
-    ``unwrap`` turns them into tensors in the trainer's process.
+    ``numpy`` marks a batch whose numeric columns travel as numpy arrays, in
+    the batch or (``parcel``) in a shared-memory slot, their keys then holding
+    ``None``; ``unwrap`` turns them into tensors in the trainer's process.
     """
 
     batch: Any
     snapshot: Snapshot | None
     numpy: bool = False
+    parcel: transfer.Parcel | None = None
 
     def unwrap(self) -> Any:
         """The batch as the trainer receives it."""
@@ -75,7 +80,11 @@ class Committed:
             return self.batch
         from .assemble import to_tensors
 
-        return to_tensors(self.batch)
+        batch = self.batch
+        if self.parcel is not None:
+            arrays = transfer.receive(self.parcel)
+            batch = {key: arrays.get(key, value) for key, value in batch.items()}
+        return to_tensors(batch)
 
     def pin_memory(self, device: str | None = None) -> Committed:
         """Pin the batch (called by the DataLoader's pin-memory thread)."""
@@ -96,30 +105,39 @@ class CommittingCollate:
     """Wraps a collate function: collate, then attach the iterator's progress.
 
     With ``columnar`` the item is already a whole batch of column pieces (see
-    ``assemble``), finished here without per-row work.
+    ``assemble``), finished here without per-row work; in a worker its numeric
+    columns go through the ``channel``'s shared-memory ring when one is set.
     """
 
     def __init__(self, collate: Callable[[list[Any]], Any], token: str, *, columnar: bool) -> None:
         self.collate = collate
         self.token = token
         self.columnar = columnar
+        self.channel: transfer.Channel | None = None
 
     def __call__(self, samples: list[Any]) -> Committed:
         from torch.utils.data import get_worker_info
 
-        if self.columnar:
-            from .assemble import finish, to_tensors
-
-            in_worker = get_worker_info() is not None
-            batch = finish(samples, as_numpy=in_worker)  # type: ignore[arg-type]
-            numpy = in_worker and _pipe_sized(batch)
-            if in_worker and not numpy:
-                batch = to_tensors(batch)  # large: shared memory beats the pipe
-            return Committed(batch, snapshot(self.token) if in_worker else None, numpy=numpy)
+        worker = get_worker_info()
         # In the trainer's own process (num_workers=0) the dataset's progress is
         # already the committed one; only worker processes send snapshots.
-        in_worker = get_worker_info() is not None
-        return Committed(self.collate(samples), snapshot(self.token) if in_worker else None)
+        progress = None if worker is None else snapshot(self.token)
+        if not self.columnar:
+            return Committed(self.collate(samples), progress)
+        from .assemble import finish, to_tensors
+
+        batch = finish(samples, as_numpy=worker is not None)  # type: ignore[arg-type]
+        if worker is None:
+            return Committed(batch, None)
+        if self.channel is not None:
+            arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
+            parcel = transfer.send(self.channel, worker.id, arrays) if arrays else None
+            if parcel is not None:
+                rest = {key: None if key in arrays else value for key, value in batch.items()}
+                return Committed(rest, progress, numpy=True, parcel=parcel)
+        if _pipe_sized(batch):
+            return Committed(batch, progress, numpy=True)
+        return Committed(to_tensors(batch), progress)  # large: shared memory beats the pipe
 
 
 _SHIPPING: dict[str, int] = {}

@@ -1,0 +1,199 @@
+"""Numeric worker batches through a ring of shared-memory slots, not the result pipe.
+
+A DataLoader worker's result travels pickled through a pipe: the worker copies
+each array into the pickle, the pipe moves it in 64 KiB pieces, and the trainer
+copies it out again, with a context switch per piece. Here each worker instead
+keeps one shared-memory segment cut into equal slots, used in turn; a batch's
+arrays are written into the next slot and only a small ``Parcel`` (the segment
+name, the batch's sequence number and where each array lies) goes through the
+pipe. The trainer copies the arrays out when the batch is handed over, so the
+tensors it gets own their memory and never change under it.
+
+Flow control: the segment starts with a counter of the parcels the trainer has
+copied out, written by the trainer. A worker fills the slot of parcel ``i`` only
+when parcel ``i - slots`` (the slot's last user) has been copied out; otherwise,
+as when a batch does not fit its slot, the batch goes through the pipe as
+before. A worker never waits, so the ring cannot deadlock and cannot overwrite
+a batch the trainer has not copied yet, whatever the DataLoader's scheduling.
+
+Segments are named after the trainer's process, the iterator and the worker
+(``Channel``). The trainer unlinks a segment the first time it maps it (the
+memory then lives until both processes unmap it), and when the iterator ends it
+unlinks any segment of its workers it never received a batch from. A segment
+that cannot be made or reserved (a small ``/dev/shm``, a stale name) leaves that
+worker on the pipe, which is slower but carries the same data.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+
+import numpy as np
+
+_ALIGN = 64
+"""Bytes each array's offset is rounded up to; also the size of the segment's header."""
+
+MAX_SLOT_BYTES = 8 << 20
+"""Batches larger than this travel the way torch sends tensors, not through a slot."""
+
+MAX_RING_BYTES = 64 << 20
+"""A worker's ring has fewer slots (at least 2) where ``slots`` of them would pass this."""
+
+_ITERATORS = itertools.count()
+
+
+def _aligned(size: int) -> int:
+    return -(-size // _ALIGN) * _ALIGN
+
+
+def _slot_bytes(arrays: Mapping[str, np.ndarray]) -> int:
+    return sum(_aligned(array.nbytes) for array in arrays.values())
+
+
+@dataclass(frozen=True)
+class Channel:
+    """The segments of one loader iterator's workers: picklable, sent to each worker.
+
+    ``slots`` is how many batches of a worker can wait in its ring; two more
+    than the DataLoader's ``prefetch_factor`` keep the pipe out of the way (a
+    worker has at most that many tasks outstanding, plus the batch being handed
+    over).
+    """
+
+    prefix: str
+    slots: int
+
+    @classmethod
+    def new(cls, *, slots: int) -> Channel:
+        """A channel with names no other iterator of a live process uses."""
+        return cls(f"lsr{os.getpid()}_{next(_ITERATORS)}_", slots)
+
+    def segment(self, worker: int) -> str:
+        """The shared-memory name of ``worker``'s ring."""
+        return f"{self.prefix}{worker}"
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """Parcel ``sequence`` of a segment: (name, dtype, shape, offset) of each array."""
+
+    segment: str
+    sequence: int
+    fields: tuple[tuple[str, str, tuple[int, ...], int], ...]
+
+
+def _counter(memory: shared_memory.SharedMemory) -> np.ndarray:
+    """The segment's header: parcels the trainer has copied out."""
+    return np.ndarray((1,), np.int64, buffer=memory.buf)
+
+
+class Ring:
+    """A worker's segment: a header, then ``slots`` equal slots filled in turn."""
+
+    def __init__(self, memory: shared_memory.SharedMemory, *, slots: int, slot_bytes: int) -> None:
+        self._memory = memory
+        self._copied = _counter(memory)
+        self._slots = slots
+        self._slot_bytes = slot_bytes
+        self._sent = 0
+
+    @classmethod
+    def create(cls, name: str, *, slots: int, slot_bytes: int) -> Ring | None:
+        """A new ring, or ``None`` when shared memory cannot hold it."""
+        slots = max(2, min(slots, MAX_RING_BYTES // slot_bytes))
+        size = _ALIGN + slots * slot_bytes
+        try:
+            memory = shared_memory.SharedMemory(name, create=True, size=size)
+        except OSError:
+            return None
+        try:
+            # Reserve the pages now: a full /dev/shm then fails here, not as a
+            # SIGBUS on a later write.
+            os.posix_fallocate(memory._fd, 0, size)  # type: ignore[attr-defined]
+        except OSError:
+            memory.close()
+            memory.unlink()
+            return None
+        return cls(memory, slots=slots, slot_bytes=slot_bytes)
+
+    def put(self, arrays: Mapping[str, np.ndarray]) -> Parcel | None:
+        """Copy ``arrays`` into the next slot; ``None`` (nothing written) if it is not free or too small."""
+        if _slot_bytes(arrays) > self._slot_bytes or self._sent - int(self._copied[0]) >= self._slots:
+            return None
+        sequence = self._sent
+        self._sent += 1
+        offset = _ALIGN + (sequence % self._slots) * self._slot_bytes
+        fields = []
+        for name, array in arrays.items():
+            target = np.ndarray(array.shape, array.dtype, buffer=self._memory.buf, offset=offset)
+            np.copyto(target, array, casting="no")
+            fields.append((name, array.dtype.str, tuple(array.shape), offset))
+            offset += _aligned(array.nbytes)
+        return Parcel(self._memory.name, sequence, tuple(fields))
+
+    def close(self) -> None:
+        """Unmap the segment in this process (the trainer unlinks it)."""
+        del self._copied
+        self._memory.close()
+
+
+_RINGS: dict[str, Ring | None] = {}
+
+
+def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Parcel | None:
+    """In worker ``worker``: put ``arrays`` in its ring of ``channel`` (made on first use).
+
+    The ring's slots are sized for the first batch (later batches of a loader are
+    never larger; one that is goes through the pipe). ``None``: use the pipe.
+    """
+    key = channel.segment(worker)
+    if key not in _RINGS:
+        size = _slot_bytes(arrays)
+        fits = 0 < size <= MAX_SLOT_BYTES
+        _RINGS[key] = Ring.create(key, slots=channel.slots, slot_bytes=size) if fits else None
+    ring = _RINGS[key]
+    return None if ring is None else ring.put(arrays)
+
+
+_ATTACHED: dict[str, shared_memory.SharedMemory] = {}
+_LOCK = threading.Lock()  # the pin-memory thread receives too
+
+
+def receive(parcel: Parcel) -> dict[str, np.ndarray]:
+    """In the trainer: fresh copies of the parcel's arrays; then its slot is free again."""
+    with _LOCK:
+        memory = _ATTACHED.get(parcel.segment)
+        if memory is None:
+            memory = shared_memory.SharedMemory(name=parcel.segment)
+            memory.unlink()  # the mapping stays; no name is left behind in /dev/shm
+            _ATTACHED[parcel.segment] = memory
+        result = {
+            name: np.ndarray(shape, np.dtype(dtype), buffer=memory.buf, offset=offset).copy()
+            for name, dtype, shape, offset in parcel.fields
+        }
+        copied = _counter(memory)
+        copied[0] = max(int(copied[0]), parcel.sequence + 1)
+        del copied  # no view may outlive the mapping
+        return result
+
+
+def release(channel: Channel, *, num_workers: int) -> None:
+    """In the trainer, once the channel's workers have stopped: unmap and unlink its segments."""
+    with _LOCK:
+        for worker in range(num_workers):
+            segment = channel.segment(worker)
+            memory = _ATTACHED.pop(segment, None)
+            if memory is not None:
+                memory.close()
+                continue
+            try:  # a worker whose batches never arrived
+                leftover = shared_memory.SharedMemory(name=segment)
+            except FileNotFoundError:
+                continue
+            leftover.close()
+            leftover.unlink()

@@ -1,0 +1,181 @@
+"""Worker batches through shared-memory slots: exact values, no early reuse, nothing left behind."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch.utils.data import default_collate
+
+from streaming import StreamingDataLoader, StreamingDataset, transfer
+from streaming.loader import _PRELOAD, _fork_server
+
+from helpers import make_table
+
+
+def arrays(seed: int, rows: int = 5) -> dict[str, np.ndarray]:
+    """Columns of several dtypes and shapes, none a multiple of the alignment."""
+    rng = np.random.default_rng(seed)
+    return {
+        "id": np.arange(seed, seed + rows, dtype=np.int64),
+        "flag": rng.random(rows) > 0.5,
+        "half": rng.random(rows).astype(np.float16),
+        "grid": rng.integers(-9, 9, (rows, 3, 7)).astype(np.int8),
+        "vec": rng.random((rows, 13)).astype(np.float32),
+    }
+
+
+def assert_equal(received: dict[str, np.ndarray], sent: dict[str, np.ndarray]) -> None:
+    assert list(received) == list(sent)
+    for name, array in sent.items():
+        assert received[name].dtype == array.dtype and received[name].shape == array.shape, name
+        assert np.array_equal(received[name], array), name
+
+
+def segments_of(channel: transfer.Channel) -> list[str]:
+    return sorted(name for name in os.listdir("/dev/shm") if name.startswith(channel.prefix))
+
+
+def close_ring(segment: str) -> None:
+    """Unmap the ring this process made as a worker would."""
+    ring = transfer._RINGS.pop(segment, None)
+    if ring is not None:
+        ring.close()
+
+
+@pytest.fixture
+def channel():
+    made = transfer.Channel.new(slots=2)
+    yield made
+    transfer.release(made, num_workers=1)
+    close_ring(made.segment(0))
+
+
+def test_a_parcel_gives_back_exactly_the_arrays_sent(channel):
+    sent = arrays(1)
+    parcel = transfer.send(channel, 0, sent)
+    assert parcel is not None and parcel.segment == channel.segment(0)
+    received = transfer.receive(parcel)
+    assert_equal(received, sent)
+    received["vec"][:] = -1  # the trainer's copy is its own
+    assert_equal(transfer.receive(parcel), sent)
+
+
+def test_a_slot_is_not_reused_before_its_parcel_was_copied_out(channel):
+    first, second, third = arrays(1), arrays(2), arrays(3)
+    parcel_1 = transfer.send(channel, 0, first)
+    parcel_2 = transfer.send(channel, 0, second)
+    assert parcel_1 is not None and parcel_2 is not None
+    assert transfer.send(channel, 0, third) is None, "both slots wait to be copied: use the pipe"
+    assert_equal(transfer.receive(parcel_1), first)
+    parcel_3 = transfer.send(channel, 0, third)  # into the first slot, now free
+    assert parcel_3 is not None
+    assert_equal(transfer.receive(parcel_2), second)
+    assert_equal(transfer.receive(parcel_3), third)
+
+
+def test_a_batch_larger_than_its_slot_goes_through_the_pipe(channel):
+    assert transfer.send(channel, 0, arrays(1, rows=4)) is not None  # sizes the slots
+    assert transfer.send(channel, 0, arrays(2, rows=40)) is None
+
+
+def test_segments_are_unlinked_when_received_or_released(channel):
+    parcel = transfer.send(channel, 0, arrays(1))
+    assert parcel is not None
+    assert segments_of(channel) == [channel.segment(0)]
+    transfer.receive(parcel)
+    assert segments_of(channel) == [], "mapped by the trainer, the name is gone"
+
+    unreceived = transfer.Channel.new(slots=2)
+    assert transfer.send(unreceived, 3, arrays(1)) is not None
+    assert segments_of(unreceived) == [unreceived.segment(3)]
+    transfer.release(unreceived, num_workers=4)
+    assert segments_of(unreceived) == []
+    close_ring(unreceived.segment(3))
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    return make_table(tmp_path_factory.mktemp("transfer") / "t.lance", [150, 90, 120], deleted=[5, 6])
+
+
+def loader(uri: str, workers: int, **kwargs) -> StreamingDataLoader:
+    data = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)
+    if workers:
+        kwargs.setdefault("timeout", 120)
+    return StreamingDataLoader(data, batch_size=3, num_workers=workers, **kwargs)
+
+
+def per_row_collate(rows):
+    """default_collate behind another name: the per-row path, whose batches use the pipe."""
+    return default_collate(rows)
+
+
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_batches_held_by_the_trainer_never_change_while_slots_are_reused(uri, context, monkeypatch):
+    """About 120 batches through rings of 3 slots, all kept: each equals the per-row path's."""
+    received = []
+    real_receive = transfer.receive
+    monkeypatch.setattr(transfer, "receive", lambda parcel: received.append(parcel) or real_receive(parcel))
+    held = list(loader(uri, 2, prefetch_factor=1, multiprocessing_context=context))
+    expected = list(loader(uri, 2, collate_fn=per_row_collate, multiprocessing_context=context))
+    assert len(held) == len(expected) > 100
+    for index, (mine, plain) in enumerate(zip(held, expected)):
+        assert mine.keys() == plain.keys()
+        for key in ("id", "label", "vec"):
+            assert mine[key].dtype == plain[key].dtype and mine[key].tolist() == plain[key].tolist(), (
+                index,
+                key,
+            )
+        assert mine["text"] == plain["text"], index
+    assert len(received) > len(held) // 2, "the slots carried the batches"
+    assert len({parcel.segment for parcel in received}) == 2, "one ring per worker"
+
+
+@pytest.mark.parametrize("finish", ["exhausted", "closed", "dropped"])
+def test_no_shared_memory_outlives_the_iterator(uri, finish):
+    iterator = iter(loader(uri, 2))
+    next(iterator)
+    channel = iterator._channel
+    if finish == "exhausted":
+        list(iterator)
+    elif finish == "closed":
+        iterator.close()
+    del iterator
+    gc.collect()
+    assert segments_of(channel) == []
+    assert not any(name.startswith(channel.prefix) for name in transfer._ATTACHED)
+
+
+def test_the_fork_server_preloads_torch_but_not_lance_and_keeps_the_program_list():
+    import multiprocessing.forkserver as forkserver
+
+    saved = list(forkserver._forkserver._preload_modules)
+    try:
+        multiprocessing.set_forkserver_preload(["__main__", "json"])
+        _fork_server()
+        preload = forkserver._forkserver._preload_modules
+        assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)
+        assert not any(name.startswith("lance") for name in preload)
+    finally:
+        multiprocessing.set_forkserver_preload(saved)
+
+
+def test_nothing_in_the_preload_list_imports_lance():
+    """The fork server must never load Lance: its children could hang (see DESIGN.md)."""
+    import subprocess
+    import sys
+
+    code = f"import sys; import {', '.join(_PRELOAD)}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lance', 'lancedb')))"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.stdout.strip() == "[]"
