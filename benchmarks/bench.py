@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from . import sections
 from .contenders import CONTENDERS, SUSTAINED, preload, run_contender, run_sustained
 from .document import load_average, machine_facts, render
 from .measure import Caps
@@ -251,16 +252,6 @@ def run(sizes: Sizes, command: str) -> Results:
     return results
 
 
-def _kept_packing_section(out: Path) -> str:
-    """The section ``benchmarks.packing`` wrote into ``out``, kept across reruns."""
-    from .packing import BEGIN, END
-
-    old = out.read_text(encoding="utf-8") if out.exists() else ""
-    if BEGIN not in old or END not in old:
-        return ""
-    return "\n" + BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the document and the plot."""
     argv = sys.argv[1:] if argv is None else argv
@@ -271,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     drew = plot(results, image)
     text = render(results, image=image.name if drew else None)
-    out.write_text(text + _kept_packing_section(out), encoding="utf-8")
+    out.write_text(text + sections.kept(out), encoding="utf-8")
     print(text)
     _log(f"wrote {out}" + (f" and {image}" if drew else " (no plot: matplotlib is not installed)"))
     return 0

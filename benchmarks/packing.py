@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from . import sections
+
 BLOCK, EOS, PAD, SPLITS, FRAGMENTS = 512, 1, 0, 16, 16
-BEGIN, END = "<!-- packing:begin -->", "<!-- packing:end -->"
 
 
 def build(folder: str, docs: int, mean: int) -> Any:
@@ -109,7 +110,6 @@ def section(rows: list[tuple[str, float, float, int]], docs: int, blocks: int) -
     ceiling = rows[0][2]
     peer_rate = rows[1][2]
     lines = [
-        BEGIN,
         "## Sequence packing",
         "",
         f"`python -m benchmarks.packing --docs {docs}`: {docs:,} documents in {FRAGMENTS} fragments, "
@@ -123,7 +123,6 @@ def section(rows: list[tuple[str, float, float, int]], docs: int, blocks: int) -
         lines.append(
             f"| {label} | {first:.2f} | {rate:,.0f} | {rate / ceiling:.3f}x | {rate / peer_rate:.2f}x |"
         )
-    lines += ["", END]
     return "\n".join(lines)
 
 
@@ -147,12 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     text = section(rows, args.docs, blocks)
     print(text)
     if args.out is not None:
-        old = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
-        if BEGIN in old and END in old:
-            new = old.split(BEGIN)[0] + text + old.split(END, 1)[1]
-        else:
-            new = old.rstrip("\n") + "\n\n" + text + "\n"
-        args.out.write_text(new, encoding="utf-8")
+        sections.replace(args.out, "packing", text)
     return 0
 
 

@@ -1,12 +1,13 @@
 """Worker-to-trainer transfer of numeric batches: the result pipe against shared-memory slots.
 
-``python -m benchmarks.transfer [--batches 4000] [--rows 256] [--width 128]``
+``python -m benchmarks.transfer [--batches 4000] [--rows 256 ...] [--out docs/benchmarks.md]``
 
 A child process (forkserver) sends batches of (id int64, label int32, vec
 float32[width]) the way a DataLoader worker would: pickled through a
 ``multiprocessing`` queue, or through ``streaming.transfer``'s ring with only
 the parcel in the queue. The trainer's side receives each batch as fresh
-arrays. Prints batches/s, rows/s and the trainer's CPU per batch for both.
+arrays. Prints batches/s, rows/s and the trainer's CPU per batch for both, for
+each batch size; with ``--out`` the table replaces the file's transfer section.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from streaming import transfer
+
+from . import sections
 
 
 def _batch(rows: int, width: int) -> dict[str, np.ndarray]:
@@ -61,20 +65,33 @@ def measure(*, count: int, rows: int, width: int, slots: bool) -> tuple[float, f
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run both ways and print a small table."""
+    """Run both ways for every batch size; print (and write) a table."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--batches", type=int, default=4000)
-    parser.add_argument("--rows", type=int, default=256)
+    parser.add_argument("--rows", type=int, nargs="+", default=[256, 2048])
     parser.add_argument("--width", type=int, default=128)
+    parser.add_argument("--out", type=Path, help="Markdown file whose transfer section is replaced")
     args = parser.parse_args(argv)
-    size = sum(value.nbytes for value in _batch(args.rows, args.width).values())
-    print(f"{args.batches} batches of {args.rows} rows, {size / 1024:.0f} KiB each")
-    for label, slots in (("result pipe (pickled)", False), ("shared-memory slots", True)):
-        rate, cpu = measure(count=args.batches, rows=args.rows, width=args.width, slots=slots)
-        rows = rate * args.rows / 1e6
-        print(f"{label:24s} {rate:9.0f} batches/s {rows:7.2f}M rows/s  trainer CPU {cpu:6.1f} µs/batch")
+    lines = [
+        "## Worker to trainer transfer",
+        "",
+        f"`python -m benchmarks.transfer`: {args.batches:,} batches of (id int64, label int32, "
+        f"vec float32[{args.width}]) from a forkserver child, received as fresh arrays.",
+        "",
+        "| rows a batch | KiB a batch | way | batches/s | rows/s | trainer CPU µs a batch |",
+        "| ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for rows in args.rows:
+        size = sum(value.nbytes for value in _batch(rows, args.width).values()) / 1024
+        for label, slots in (("result pipe (pickled)", False), ("shared-memory slots", True)):
+            rate, cpu = measure(count=args.batches, rows=rows, width=args.width, slots=slots)
+            lines.append(f"| {rows} | {size:,.0f} | {label} | {rate:,.0f} | {rate * rows:,.0f} | {cpu:.1f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out is not None:
+        sections.replace(args.out, "transfer", text)
     return 0
 
 

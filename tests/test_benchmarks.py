@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CONTENDER_LABELS = (
     "raw Lance scan -> Arrow (to_batches)",
+    "Lance takes of shuffled 64-row blocks, Arrow only",
     "raw scan -> row dicts -> default_collate(256)",
     "lance.torch LanceDataset(batch_size=256), unshuffled",
     "peer StreamingDataset, direct per row",
@@ -32,8 +33,15 @@ SECTIONS = (
 )
 
 
+KEPT = (
+    "<!-- packing:begin -->\npacked\n<!-- packing:end -->\n\n"
+    "<!-- transfer:begin -->\nsent\n<!-- transfer:end -->"
+)
+
+
 def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     out = tmp_path / "b.md"
+    out.write_text("# old\n\n" + KEPT + "\n", encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.bench", "--quick", "--out", str(out)],
         cwd=ROOT,
@@ -56,6 +64,21 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     assert "PASS" in text or "FAIL" in text
     assert (tmp_path / "b.png").stat().st_size > 0
     assert "| raw Lance scan" in done.stdout, "the tables are printed to stdout too"
+    assert "# old" not in text and text.rstrip().endswith(KEPT), "the other commands' sections are kept"
+
+
+def test_transfer_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    out = tmp_path / "b.md"
+    out.write_text("# Kept\n\n<!-- transfer:begin -->\nold\n<!-- transfer:end -->\n\n## Also kept\n")
+    command = ["benchmarks.transfer", "--batches", "50", "--rows", "16", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    rows = [line for line in text.splitlines() if line.startswith("| 16 |")]
+    assert [row.split("|")[3].strip() for row in rows] == ["result pipe (pickled)", "shared-memory slots"]
 
 
 def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:

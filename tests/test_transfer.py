@@ -170,7 +170,8 @@ def test_nothing_in_the_preload_list_imports_lance():
     import subprocess
     import sys
 
-    code = f"import sys; import {', '.join(_PRELOAD)}; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lance', 'lancedb')))"
+    found = "sorted(m for m in sys.modules if m.split('.')[0] in ('lance', 'lancedb'))"
+    code = f"import sys; import {', '.join(_PRELOAD)}; print({found})"
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
