@@ -208,7 +208,7 @@ class StreamingDataLoader(DataLoader[Any]):
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
         channel = None
-        if self.num_workers > 0 and self._columnar:
+        if self.num_workers > 0 and self._columnar and transfer.available():
             channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
         self._collate.channel = channel
         with commit.shipping(

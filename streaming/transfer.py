@@ -47,6 +47,15 @@ MAX_RING_BYTES = 64 << 20
 _ITERATORS = itertools.count()
 
 
+def available() -> bool:
+    """Whether slots can be used here: POSIX shared memory, which outlives its name.
+
+    On Windows a segment disappears with the last handle, so a worker that ends
+    before the trainer maps its segment would take its batches with it.
+    """
+    return os.name == "posix"
+
+
 def _aligned(size: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
@@ -111,10 +120,12 @@ class Ring:
             memory = shared_memory.SharedMemory(name, create=True, size=size)
         except OSError:
             return None
+        reserve = getattr(os, "posix_fallocate", None)  # Linux; macOS shm has no such limit
         try:
             # Reserve the pages now: a full /dev/shm then fails here, not as a
             # SIGBUS on a later write.
-            os.posix_fallocate(memory._fd, 0, size)  # type: ignore[attr-defined]
+            if reserve is not None:
+                reserve(memory._fd, 0, size)  # type: ignore[attr-defined]
         except OSError:
             memory.close()
             memory.unlink()
