@@ -144,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((label, first, rate, tokens))
             print(f"{label}: first {first:.2f} s, {rate:,.0f} tokens/s", flush=True)
     text = section(rows, args.docs, blocks)
-    print(text)
-    if args.out is not None:
-        sections.replace(args.out, "packing", text)
+    sections.publish(text, name="packing", out=args.out)
     return 0
 
 

@@ -40,3 +40,10 @@ def replace(path: Path, name: str, body: str) -> None:
     current = _section(old, name)
     new = old.replace(current, text) if current is not None else old.rstrip("\n") + "\n\n" + text + "\n"
     path.write_text(new, encoding="utf-8")
+
+
+def publish(text: str, *, name: str, out: Path | None) -> None:
+    """Print ``text``; with ``out``, also make it that file's section ``name``."""
+    print(text)
+    if out is not None:
+        replace(out, name, text)

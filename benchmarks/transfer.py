@@ -89,9 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             rate, cpu = measure(count=args.batches, rows=rows, width=args.width, slots=slots)
             lines.append(f"| {rows} | {size:,.0f} | {label} | {rate:,.0f} | {rate * rows:,.0f} | {cpu:.1f} |")
     text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        sections.replace(args.out, "transfer", text)
+    sections.publish(text, name="transfer", out=args.out)
     return 0
 
 
