@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -110,16 +111,24 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
         assert set(steps.values()) == {world_size}, "every rank must take every step"
 
 
+def slot_segments() -> set[str]:
+    """Names of ``streaming.transfer`` segments in /dev/shm."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("lsr")}
+
+
 def test_sigkill_then_resume_from_the_last_checkpoint(uri, tmp_path):
     """A rank is SIGKILLed mid-epoch; only what came after the checkpoint is replayed, once.
 
     Also shows that its DataLoader workers exit with it: launch() waits for the
-    rank's output pipe, which orphaned workers would hold open forever.
+    rank's output pipe, which orphaned workers would hold open forever; and that
+    their shared-memory rings do not outlive them.
     """
+    before = slot_segments()
     crashed = tmp_path / "crashed"
     kill_at = 11  # a step after the checkpoint at step 8, before the next one
     codes = launch(uri, crashed, 2, workers=2, batch=6, seed=3, checkpoint_every=4, kill_at=kill_at)
     assert codes[0] == -9, "rank 0 should have died from SIGKILL"
+    assert slot_segments() == before, "the killed rank's workers left shared memory behind"
     checkpoint = json.loads((crashed / "checkpoint.json").read_text())
     saved_at = checkpoint["step"]
     assert saved_at == 8

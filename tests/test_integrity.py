@@ -135,6 +135,8 @@ def test_killed_worker_is_a_clear_error_and_the_state_resumes(tmp_path):
     with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid.*\) .*(killed|exited)"):
         for _ in range(1000):
             seen.append(next(iterator)["id"].tolist())
+    rings = [name for name in os.listdir("/dev/shm") if name.startswith(iterator._channel.prefix)]
+    assert rings == [], "the failed iterator freed its workers' shared memory"
     final = json_roundtrip(batches.state_dict())  # the last boundary the trainer received
     planned = Counter(ids_of(dataset(uri)))
     for checkpoint in (state, final):
