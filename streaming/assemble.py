@@ -174,8 +174,9 @@ def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str,
     """The batch ``default_collate`` would make of these rows' dicts.
 
     With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
-    them): a worker process sends small arrays through its result pipe several
-    times faster than tensors through shared memory.
+    them in the trainer): a worker process sends them through its shared-memory
+    slots (``transfer``) or its result pipe, both several times faster here than
+    torch's one shared-memory file per tensor.
     """
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
