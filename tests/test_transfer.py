@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+from multiprocessing import shared_memory
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,25 @@ def test_a_slot_is_not_reused_before_its_parcel_was_copied_out(channel):
 def test_a_batch_larger_than_its_slot_goes_through_the_pipe(channel):
     assert transfer.send(channel, 0, arrays(1, rows=4)) is not None  # sizes the slots
     assert transfer.send(channel, 0, arrays(2, rows=40)) is None
+
+
+def test_a_ring_of_large_slots_is_capped_but_keeps_two():
+    ring = transfer.Ring.create(f"lsr{os.getpid()}_cap", slots=10, slot_bytes=transfer.MAX_RING_BYTES // 3)
+    assert ring is not None and ring._slots == 3
+    ring.close()
+    shared_memory.SharedMemory(f"lsr{os.getpid()}_cap").unlink()
+    huge = transfer.Ring.create(f"lsr{os.getpid()}_huge", slots=10, slot_bytes=transfer.MAX_RING_BYTES)
+    assert huge is not None and huge._slots == 2
+    huge.close()
+    shared_memory.SharedMemory(f"lsr{os.getpid()}_huge").unlink()
+
+
+def test_the_loader_sizes_rings_from_prefetch_factor(uri):
+    for prefetch, slots in ((None, 4), (5, 7)):
+        iterator = iter(loader(uri, 2, prefetch_factor=prefetch))
+        assert iterator._channel.slots == slots
+        iterator.close()
+    assert iter(loader(uri, 0))._channel is None, "no workers, no rings"
 
 
 def test_segments_are_unlinked_when_received_or_released(channel):
