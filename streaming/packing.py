@@ -116,17 +116,21 @@ class _Packer:
         return (self.blocks, self.document, self.offset)
 
     def _current(self) -> np.ndarray | None:
+        """Tokens of ``document`` (its eos not included), or ``None`` past the split's end."""
         if self._tokens is None:
             if not self._ahead and self._readers.remaining(self._split) > 0:
                 self._ahead = self._readers.take(self._split, _DOCUMENTS_PER_TAKE)[::-1]
             if self._ahead:
-                tokens = np.asarray(self._ahead.pop()[self._column], dtype=np.int64)
-                self._tokens = np.append(tokens, np.int64(self._packing.eos_id))
+                self._tokens = np.asarray(self._ahead.pop()[self._column])
         return self._tokens
 
     def block(self) -> dict[str, Any]:
-        """The next block: ``input_ids`` and ``doc_ids`` (document index in the block)."""
-        size = self._packing.pack_sequences
+        """The next block: ``input_ids`` and ``doc_ids`` (document index in the block).
+
+        A document's stream is its tokens then ``eos_id``; ``offset`` counts
+        positions in that stream, so it runs up to the token count (the eos).
+        """
+        size, eos = self._packing.pack_sequences, self._packing.eos_id
         ids = np.full(size, self._packing.pad_id, dtype=np.int64)
         docs = np.zeros(size, dtype=np.int64)
         filled, local = 0, 0
@@ -137,12 +141,17 @@ class _Packer:
                 break
             if filled and self.offset == 0:
                 local += 1
-            take = min(size - filled, len(tokens) - self.offset)
-            ids[filled : filled + take] = tokens[self.offset : self.offset + take]
-            docs[filled : filled + take] = local
-            filled += take
+            count = len(tokens)
+            take = min(size - filled, count + 1 - self.offset)
+            stop = filled + take
+            copied = min(take, count - self.offset) if self.offset < count else 0
+            ids[filled : filled + copied] = tokens[self.offset : self.offset + copied]  # casts to int64
+            if copied < take:
+                ids[stop - 1] = eos
+            docs[filled:stop] = local
+            filled = stop
             self.offset += take
-            if self.offset == len(tokens):
+            if self.offset == count + 1:
                 self.document, self.offset, self._tokens = self.document + 1, 0, None
         self.blocks += 1
         return {"input_ids": ids, "doc_ids": docs}
