@@ -28,9 +28,8 @@ loaded), which ``streaming.loader`` does not import."""
 def _start_method(context: Any) -> Any:
     """The multiprocessing context to use: never fork (Lance is not fork-safe)."""
     if context is None:
-        if "forkserver" not in multiprocessing.get_all_start_methods():
-            return multiprocessing.get_context("spawn")
-        return _fork_server()
+        available = multiprocessing.get_all_start_methods()
+        return multiprocessing.get_context("forkserver" if "forkserver" in available else "spawn")
     name = context if isinstance(context, str) else context.get_start_method()
     if name == "fork":
         raise ValueError(
@@ -41,19 +40,17 @@ def _start_method(context: Any) -> Any:
     return context
 
 
-def _fork_server() -> Any:
-    """The forkserver context, its server (if not yet started) preloading ``_PRELOAD``.
+def _preload_fork_server(context: Any) -> None:
+    """Have a fork server not started yet import ``_PRELOAD`` once for all its workers.
 
     A worker forked from a server that imported torch starts in about 0.2 s instead
     of 1 s, at every epoch. Modules the program asked the server to preload are kept.
     """
     import multiprocessing.forkserver as forkserver
 
-    context = multiprocessing.get_context("forkserver")
     server = getattr(forkserver, "_forkserver", None)
     current = list(getattr(server, "_preload_modules", ["__main__"]))
     context.set_forkserver_preload(list(dict.fromkeys([*current, *_PRELOAD])))
-    return context
 
 
 class _EpochSampler(_InfiniteConstantSampler):
@@ -168,6 +165,7 @@ class StreamingDataLoader(DataLoader[Any]):
         columnar = columnar and dataset._options.pack_sequences is None
         columnar = columnar and batch_size is not None and batch_sampler is None
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
+        chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
             worker_splits(
@@ -198,6 +196,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming = dataset
         self._columnar = columnar
         self._collate = collate
+        self._chosen_context = chosen_here  # ours to preload (the user's is left alone)
         self._boundary: Counts | None = None
         self._len_counts = len_counts
 
@@ -207,6 +206,9 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.num_workers > 0:
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
+        context = self.multiprocessing_context
+        if self._chosen_context and context.get_start_method() == "forkserver":
+            _preload_fork_server(context)
         channel = None
         if self.num_workers > 0 and self._columnar and transfer.available():
             channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)

@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset, transfer
-from streaming.loader import _PRELOAD, _fork_server
+from streaming.loader import _PRELOAD
 
 from helpers import make_table
 
@@ -171,18 +171,29 @@ def test_no_shared_memory_outlives_the_iterator(uri, finish):
     assert not any(name.startswith(channel.prefix) for name in transfer._ATTACHED)
 
 
-def test_the_fork_server_preloads_torch_but_not_lance_and_keeps_the_program_list():
+@pytest.fixture
+def preload_list():
+    """The fork server's preload list, set to the program's own and restored after."""
     import multiprocessing.forkserver as forkserver
 
     saved = list(forkserver._forkserver._preload_modules)
-    try:
-        multiprocessing.set_forkserver_preload(["__main__", "json"])
-        _fork_server()
-        preload = forkserver._forkserver._preload_modules
-        assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)
-        assert not any(name.startswith("lance") for name in preload)
-    finally:
-        multiprocessing.set_forkserver_preload(saved)
+    multiprocessing.set_forkserver_preload(["__main__", "json"])
+    yield forkserver._forkserver
+    multiprocessing.set_forkserver_preload(saved)
+
+
+def test_the_default_fork_server_preloads_torch_but_not_lance_and_keeps_the_program_list(uri, preload_list):
+    iterator = iter(loader(uri, 2))
+    iterator.close()
+    preload = preload_list._preload_modules
+    assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)
+    assert not any(name.split(".")[0] in ("lance", "lancedb") for name in preload)
+
+
+def test_a_fork_server_the_user_chose_is_left_alone(uri, preload_list):
+    iterator = iter(loader(uri, 2, multiprocessing_context="forkserver"))
+    iterator.close()
+    assert preload_list._preload_modules == ["__main__", "json"]
 
 
 def test_nothing_in_the_preload_list_imports_lance():
