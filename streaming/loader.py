@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import pickle
+import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,6 +24,9 @@ _LEN_COUNTS = ("remaining", "epoch")
 _PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader")
 """What the fork server imports once for every worker; never Lance (not fork-safe once
 loaded), which ``streaming.loader`` does not import."""
+
+_PRELOAD_HERE = sys.platform.startswith("linux")
+"""Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
 
 
 def _start_method(context: Any) -> Any:
@@ -207,7 +211,7 @@ class StreamingDataLoader(DataLoader[Any]):
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
         context = self.multiprocessing_context
-        if self._chosen_context and context.get_start_method() == "forkserver":
+        if self._chosen_context and context.get_start_method() == "forkserver" and _PRELOAD_HERE:
             _preload_fork_server(context)
         channel = None
         if self.num_workers > 0 and self._columnar and transfer.available():
@@ -270,10 +274,12 @@ class StreamingDataLoader(DataLoader[Any]):
 def _release(batches: Iterator[Any], channel: transfer.Channel | None, *, num_workers: int) -> None:
     """Shut down the workers of ``batches``, then free their shared memory."""
     shutdown = getattr(batches, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
-    if channel is not None:
-        transfer.release(channel, num_workers=num_workers)
+    try:
+        if shutdown is not None:
+            shutdown()
+    finally:
+        if channel is not None:
+            transfer.release(channel, num_workers=num_workers)
 
 
 class _Committing(Iterator[Any]):
@@ -304,13 +310,14 @@ class _Committing(Iterator[Any]):
             raise StopIteration
         try:
             item = next(self._batches)
+            batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
         except BaseException:
             self.close()
             raise
         if item.snapshot is not None:
             self._loader._streaming._commit(item.snapshot)
             self._loader._after_commit()
-        return item.unwrap()
+        return batch
 
     def __len__(self) -> int:
         return len(self._loader)

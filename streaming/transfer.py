@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,7 +81,8 @@ class Channel:
     @classmethod
     def new(cls, *, slots: int) -> Channel:
         """A channel with names no other iterator of a live process uses."""
-        return cls(f"lsr{os.getpid()}_{next(_ITERATORS)}_", slots)
+        # the random part keeps names apart where containers share /dev/shm but not pids
+        return cls(f"lsr{os.getpid()}_{secrets.token_hex(4)}_{next(_ITERATORS)}_", slots)
 
     def segment(self, worker: int) -> str:
         """The shared-memory name of ``worker``'s ring."""
@@ -94,6 +96,15 @@ class Parcel:
     segment: str
     sequence: int
     fields: tuple[tuple[str, str, tuple[int, ...], int], ...]
+
+
+def _free_shared_memory() -> int:
+    """Bytes free in ``/dev/shm`` (unbounded where there is no such folder, as on macOS)."""
+    try:
+        stats = os.statvfs("/dev/shm")  # noqa: S108 (reads its free space only)
+    except OSError:
+        return 1 << 62
+    return stats.f_bavail * stats.f_frsize
 
 
 def _counter(memory: shared_memory.SharedMemory) -> np.ndarray:
@@ -113,9 +124,15 @@ class Ring:
 
     @classmethod
     def create(cls, name: str, *, slots: int, slot_bytes: int) -> Ring | None:
-        """A new ring, or ``None`` when shared memory cannot hold it."""
+        """A new ring, or ``None`` when shared memory cannot hold it or should not.
+
+        A ring takes at most a quarter of the space free in ``/dev/shm``, which
+        others need too (NCCL, torch's tensor sharing).
+        """
         slots = max(2, min(slots, MAX_RING_BYTES // slot_bytes))
         size = _ALIGN + slots * slot_bytes
+        if size > _free_shared_memory() // 4:
+            return None
         try:
             memory = shared_memory.SharedMemory(name, create=True, size=size)
         except OSError:
@@ -172,7 +189,10 @@ def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Par
 
 
 _ATTACHED: dict[str, shared_memory.SharedMemory] = {}
-_LOCK = threading.Lock()  # the pin-memory thread receives too
+_LOCK = threading.RLock()
+"""Held while a segment is mapped or unmapped: the pin-memory thread receives too, and a
+dropped iterator's finalizer may release its channel from inside ``receive`` (garbage
+collection runs in whatever thread allocates), so the lock is re-entrant."""
 
 
 def receive(parcel: Parcel) -> dict[str, np.ndarray]:

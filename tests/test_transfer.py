@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import threading
 from multiprocessing import shared_memory
 from pathlib import Path
 
@@ -103,6 +104,31 @@ def test_the_loader_sizes_rings_from_prefetch_factor(uri):
     assert iter(loader(uri, 0))._channel is None, "no workers, no rings"
 
 
+def test_no_ring_takes_more_than_a_quarter_of_the_free_shared_memory(channel, monkeypatch):
+    monkeypatch.setattr(transfer, "_free_shared_memory", lambda: 4 * 2 * 1024)
+    assert transfer.send(channel, 0, arrays(1, rows=100)) is None, "too big for /dev/shm: the pipe"
+    assert segments_of(channel) == []
+
+
+def test_a_release_from_inside_a_receive_does_not_deadlock(channel):
+    """A dropped iterator's finalizer may run (garbage collection) while ``receive`` holds the lock."""
+    other = transfer.Channel.new(slots=2)
+    assert transfer.send(other, 0, arrays(1)) is not None
+    done = threading.Event()
+
+    def nested() -> None:
+        with transfer._LOCK:  # as inside receive()
+            transfer.release(other, num_workers=1)
+        done.set()
+
+    thread = threading.Thread(target=nested, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    close_ring(other.segment(0))
+    assert done.is_set(), "release() blocked on the lock its own thread holds"
+    assert segments_of(other) == []
+
+
 def test_segments_are_unlinked_when_received_or_released(channel):
     parcel = transfer.send(channel, 0, arrays(1))
     assert parcel is not None
@@ -127,7 +153,8 @@ def loader(uri: str, workers: int, **kwargs) -> StreamingDataLoader:
     data = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)
     if workers:
         kwargs.setdefault("timeout", 120)
-    return StreamingDataLoader(data, batch_size=3, num_workers=workers, **kwargs)
+    kwargs.setdefault("batch_size", 3)
+    return StreamingDataLoader(data, num_workers=workers, **kwargs)
 
 
 def per_row_collate(rows):
@@ -211,3 +238,37 @@ def test_nothing_in_the_preload_list_imports_lance():
         cwd=Path(__file__).parent.parent,
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypatch):
+    """If copying a batch out fails (interrupt, no memory), the checkpoint must not count it."""
+    real_receive = transfer.receive
+    received = []
+
+    def failing(parcel):
+        if len(received) == 3:
+            raise KeyboardInterrupt
+        received.append(parcel)
+        return real_receive(parcel)
+
+    monkeypatch.setattr(transfer, "receive", failing)
+    first = loader(uri, 2, batch_size=4)  # two cycles of a worker's two splits: no partial cycle
+    iterator = iter(first)
+    delivered = [next(iterator)["id"].tolist() for _ in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        next(iterator)
+    assert not iterator.active, "the failed iterator is closed"
+    state = first.state_dict()  # the last step boundary the trainer received
+    monkeypatch.setattr(transfer, "receive", real_receive)
+    resumed = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)
+    resumed.load_state_dict(state)
+    rest = [row for batch in loader_of(resumed) for row in batch["id"].tolist()]
+    seen = [row for batch in delivered for row in batch]
+    planned = {row for batch in loader(uri, 0) for row in batch["id"].tolist()}
+    assert set(seen) | set(rest) == planned, "the batch that failed on arrival was lost"
+    assert len(rest) == len(set(rest)) == len(planned) - sum(state["samples_consumed_per_split"])
+    assert len(set(seen) & set(rest)) <= 4, "at most k - 1 = 1 batch is replayed"
+
+
+def loader_of(data: StreamingDataset) -> StreamingDataLoader:
+    return StreamingDataLoader(data, batch_size=4, num_workers=2, timeout=120)
