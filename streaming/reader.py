@@ -91,8 +91,7 @@ class SplitReaders:
         self._current_start: dict[int, int] = {}
         self._scheduled: dict[Key, Future[dict[Key, Window]]] = {}
         self._ahead = {split: position // self._window_rows for split, position in starts.items()}
-        self._schedule()
-        self._schedule()
+        self._schedule()  # the read-ahead starts once the first windows are in
 
     def remaining(self, split: int) -> int:
         """Samples ``split`` has yet to yield."""
