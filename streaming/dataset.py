@@ -69,10 +69,15 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         transform: ``transform(pyarrow.RecordBatch)`` returning one sample per row.
         transform_parallelism: Accepted for compatibility.
         transform_queue_depth: Accepted for compatibility.
-        pack_sequences: Not supported in this release.
-        eos_id: Not supported in this release.
-        pad_id: Not supported in this release.
-        blocks_per_epoch: Not supported in this release.
+        pack_sequences: Tokens per packed block: each split's documents (one
+            integer-list column), joined with ``eos_id``, are cut into blocks of
+            this many tokens, yielded as ``{"input_ids", "doc_ids"}`` (see
+            docs/packing.md). ``None`` (default) yields rows.
+        eos_id: Token appended after every document when packing.
+        pad_id: Token that fills a split's last blocks when its documents run out.
+        blocks_per_epoch: Blocks per epoch over all splits (a multiple of
+            ``num_splits``; every split yields the same number), or ``"auto"`` to
+            estimate it from the first documents (warns ``PackingEstimateWarning``).
         on_transform_error: What a ``transform`` exception does. ``"raise"``
             (default) raises it; ``"skip"`` retries the failing batch row by row and
             drops only the rows that fail; ``"warn"`` does the same and warns

@@ -200,7 +200,10 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming = dataset
         self._columnar = columnar
         self._collate = collate
-        self._chosen_context = chosen_here  # ours to preload (the user's is left alone)
+        # a fork server the loader chose is preloaded; a context the user passed is left alone
+        self._preload = (
+            chosen_here and _PRELOAD_HERE and self.multiprocessing_context.get_start_method() == "forkserver"
+        )
         self._boundary: Counts | None = None
         self._len_counts = len_counts
 
@@ -210,9 +213,8 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.num_workers > 0:
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
-        context = self.multiprocessing_context
-        if self._chosen_context and context.get_start_method() == "forkserver" and _PRELOAD_HERE:
-            _preload_fork_server(context)
+        if self._preload:
+            _preload_fork_server(self.multiprocessing_context)
         channel = None
         if self.num_workers > 0 and self._columnar and transfer.available():
             channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
