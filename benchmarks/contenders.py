@@ -59,8 +59,8 @@ def _row_dict_batches(batches: Iterator[pa.RecordBatch], batch_size: int) -> Ite
     for batch in batches:
         names = batch.schema.names
         columns = [_numpy_column(batch.column(name)) for name in names]
-        for values in zip(*columns):
-            pending.append(dict(zip(names, values)))
+        for values in zip(*columns, strict=True):
+            pending.append(dict(zip(names, values, strict=True)))
             if len(pending) == batch_size:
                 yield default_collate(pending)
                 pending = []

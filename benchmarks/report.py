@@ -332,7 +332,9 @@ def plot(results: Results, path: Path) -> bool:
     measured = [(label, rate) for label, rate in rates if rate]
     figure, axes = plt.subplots(figsize=(10, 0.5 * len(measured) + 1.5))
     colours = ["tab:green" if label.startswith("ours") else "tab:grey" for label, _ in measured]
-    colours = ["tab:red" if label.startswith("peer") else c for (label, _), c in zip(measured, colours)]
+    colours = [
+        "tab:red" if label.startswith("peer") else c for (label, _), c in zip(measured, colours, strict=True)
+    ]
     axes.barh([label for label, _ in measured], [rate for _, rate in measured], color=colours)
     axes.set_xscale("log")
     axes.set_xlim(right=max(rate for _, rate in measured) * 8)  # room for the value labels

@@ -76,7 +76,7 @@ def fragment_bounds(rows: int, fragments: int) -> Iterator[tuple[int, int]]:
     if not 0 < fragments <= rows:
         raise ValueError(f"need 0 < fragments <= rows, got fragments={fragments}, rows={rows}")
     edges = np.linspace(0, rows, fragments + 1).astype(np.int64)
-    for start, stop in zip(edges[:-1].tolist(), edges[1:].tolist()):
+    for start, stop in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
         yield start, stop - start
 
 

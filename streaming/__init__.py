@@ -15,13 +15,13 @@ if TYPE_CHECKING:
     from .errors import (
         EpochCompleteWarning,
         PackingEstimateWarning,
+        SnapshotGoneError,
         StreamingWarning,
         TableMovedWarning,
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
     from .loader import StreamingDataLoader
-    from .source import SnapshotGoneError
 
 __all__ = [
     "EpochCompleteWarning",
@@ -43,7 +43,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",
-    "SnapshotGoneError": ".source",
+    "SnapshotGoneError": ".errors",
     "StreamingDataLoader": ".loader",
     "StreamingDataset": ".dataset",
     "StreamingWarning": ".errors",

@@ -1,9 +1,9 @@
 """Columnar batches: the batch ``default_collate`` would build, without row dicts.
 
 Inside a ``StreamingDataLoader`` with the default collate function and no
-``transform``, the dataset yields whole batches as columns. A segment takes the
+``transform``, the dataset yields whole batches as columns. A chunk takes the
 same number of rows from each owned split's window and interleaves their row
-indices in cycle order; batches are cut from consecutive segments as index
+indices in cycle order; batches are cut from consecutive chunks as index
 slices, and ``finish`` copies each numeric column's rows out of the read's
 storage with one gather per batch (the only copy after the read is converted).
 Numeric columns become tensors directly; every other column is handed to
@@ -22,9 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from .iterate import CHUNK_ROWS, Progress
+from .iterate import CHUNK_ROWS
+from .progress import Cursor
 from .reader import SplitReaders, Window, WindowSource, open_readers
 from .rows import Rows, gather
+
+__all__ = ["finish", "iterate_batches", "to_tensors"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -58,7 +61,7 @@ class _Gathered:
 
 
 @dataclass
-class _Segment:
+class _Chunk:
     """``rows`` interleaved rows of ``splits`` (``rows / len(splits)`` cycles)."""
 
     splits: list[int]
@@ -76,27 +79,27 @@ def _interleave(parts: list[Any]) -> Any:
     if all(_vectorisable(part) for part in parts) and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
         stacked = np.stack(parts, axis=1)
         return stacked.reshape(-1, *stacked.shape[2:])
-    return [value for cycle in zip(*(list(part) for part in parts)) for value in cycle]
+    return [value for cycle in zip(*(list(part) for part in parts), strict=True) for value in cycle]
 
 
 def _shared_storage(windows: Sequence[Window]) -> list[Rows] | None:
     """``windows`` as ``Rows`` if they all gather from one read's storage, else None."""
-    rows = [window for window in windows if isinstance(window, Rows) and window.order is not None]
+    rows = [window for window in windows if isinstance(window, Rows)]
     if len(rows) == len(windows) and all(window.storage is rows[0].storage for window in rows):
         return rows
     return None
 
 
-def _segment(readers: SplitReaders, splits: list[int]) -> _Segment:
+def _chunk(readers: SplitReaders, splits: list[int]) -> _Chunk:
     spans = [readers.span(split, CHUNK_ROWS) for split in splits]
     count = min(stop - start for _, start, stop in spans)
-    for split, (_, start, stop) in zip(splits, spans):
+    for split, (_, start, stop) in zip(splits, spans, strict=True):
         readers.unread(split, stop - start - count)
     starts = [start for _, start, _ in spans]
     shared = _shared_storage([window for window, _, _ in spans])
     columns: list[Any]
     if shared is not None:  # the usual case: the splits' windows came from one read
-        parts = [window.indices(start, start + count) for window, start in zip(shared, starts)]
+        parts = [window.indices(start, start + count) for window, start in zip(shared, starts, strict=True)]
         indices = parts[0] if len(parts) == 1 else np.stack(parts, axis=1).reshape(-1)
         names = shared[0].names
         columns = [_Gathered(column, indices) for column in shared[0].storage.columns]
@@ -106,67 +109,72 @@ def _segment(readers: SplitReaders, splits: list[int]) -> _Segment:
             raise TypeError("columnar batches need windows of rows (no transform)")
         names = rows[0].names
         columns = [
-            _interleave([window.column(index, start, start + count) for window, start in zip(rows, starts)])
+            _interleave(
+                [
+                    window.column(index, start, start + count)
+                    for window, start in zip(rows, starts, strict=True)
+                ]
+            )
             for index in range(len(names))
         ]
-    return _Segment(splits=list(splits), names=list(names), columns=columns, rows=count * len(splits))
+    return _Chunk(splits=list(splits), names=list(names), columns=columns, rows=count * len(splits))
 
 
-def _cut(segments: deque[_Segment], size: int) -> dict[str, list[Any]]:
+def _cut(chunks: deque[_Chunk], size: int) -> dict[str, list[Any]]:
     """The next ``size`` rows (or fewer at the end) as per-column lists of pieces."""
-    pieces: dict[str, list[Any]] = {name: [] for name in segments[0].names}
+    pieces: dict[str, list[Any]] = {name: [] for name in chunks[0].names}
     wanted = size
-    for segment in segments:
+    for chunk in chunks:
         if wanted == 0:
             break
-        count = min(wanted, segment.rows - segment.taken)
-        for name, column in zip(segment.names, segment.columns):
-            pieces[name].append(column[segment.taken : segment.taken + count])
-        segment.taken += count
+        count = min(wanted, chunk.rows - chunk.taken)
+        for name, column in zip(chunk.names, chunk.columns, strict=True):
+            pieces[name].append(column[chunk.taken : chunk.taken + count])
+        chunk.taken += count
         wanted -= count
     return pieces
 
 
-def _commit(progress: Progress, segments: deque[_Segment]) -> None:
-    """Count the cycles whose every row is in a batch handed out; drop used segments."""
-    for segment in segments:
-        cycles = segment.taken // len(segment.splits)
-        if cycles > segment.committed:
-            progress.advance(segment.splits, cycles - segment.committed)
-            segment.committed = cycles
-    while segments and segments[0].taken == segments[0].rows:
-        segments.popleft()
+def _commit(cursor: Cursor, chunks: deque[_Chunk]) -> None:
+    """Count the cycles whose every row is in a batch handed out; drop used chunks."""
+    for chunk in chunks:
+        cycles = chunk.taken // len(chunk.splits)
+        if cycles > chunk.committed:
+            cursor.advance(chunk.splits, cycles - chunk.committed)
+            chunk.committed = cycles
+    while chunks and chunks[0].taken == chunks[0].rows:
+        chunks.popleft()
 
 
 def iterate_batches(
     windows: WindowSource,
     splits: Sequence[int],
-    progress: Progress,
+    cursor: Cursor,
     *,
     io_threads: int,
     batch_size: int,
 ) -> Generator[dict[str, list[Any]], None, None]:
     """Yield batches of ``batch_size`` rows in the order ``iterate_cycles`` gives.
 
-    Each batch is a dict of per-column pieces for ``finish``. ``progress`` counts
+    Each batch is a dict of per-column pieces for ``finish``. ``cursor`` counts
     the completed cycles of the rows handed out, updated just before each yield.
     """
     ordered = sorted(splits)
-    segments: deque[_Segment] = deque()
-    starts = {split: progress.positions[split] for split in ordered}
+    chunks: deque[_Chunk] = deque()
+    starts = {split: cursor.positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
         while True:
-            buffered = sum(segment.rows - segment.taken for segment in segments)
+            buffered = sum(chunk.rows - chunk.taken for chunk in chunks)
             while buffered < batch_size:
                 active = [split for split in ordered if readers.remaining(split) > 0]
                 if not active:
                     break
-                segments.append(_segment(readers, active))
-                buffered += segments[-1].rows
+                chunks.append(_chunk(readers, active))
+                buffered += chunks[-1].rows
             if buffered == 0:
                 return
-            batch = _cut(segments, batch_size)
-            _commit(progress, segments)
+            batch = _cut(chunks, batch_size)
+            _commit(cursor, chunks)
             yield batch
 
 

@@ -2,37 +2,40 @@
 
 from __future__ import annotations
 
+import logging
 import os
-import uuid
 import warnings
-import weakref
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import commit, source, stats, watchdog
-from .assemble import iterate_batches
-from .checkpoint import Checkpointing
+from . import _compat, source, stats, watchdog
 from .errors import EpochCompleteWarning
-from .iterate import Progress, is_running, iterate_cycles
+from .lifecycle import Guarded, LiveSlot, Samples
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
     DEFAULT_READ_BATCH_SIZE,
     DEFAULT_SHUFFLE_BUFFER_SIZE,
     Options,
+    as_epoch,
     check_options,
 )
-from .packing import iterate_blocks
-from .packing import resolve as packing_settings
-from .plan import EpochPlan, PlanSettings, rank_splits, window_rows_for, worker_splits
-from .reader import WindowSource
+from .plan import rank_splits, worker_splits
+from .positioned import PositionedDataset
 from .stats import Counters
 from .topology import draw_seed, topology
+from .view import open_view
+from .worker import WorkerReport
+
+__all__ = ["StreamingDataset"]
+
+_LOG = logging.getLogger("streaming")
 
 
-class StreamingDataset(Checkpointing, IterableDataset[Any]):
+class StreamingDataset(PositionedDataset, IterableDataset[Any]):
     """Stream one snapshot of a Lance table with exact, elastic checkpoint/resume.
 
     The table's planned rows (live rows matching ``filter``) are cut into
@@ -40,6 +43,12 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
     ``world_size`` owns splits r, r + W, ... and an iterator yields one sample of
     each owned split per cycle. Over all ranks an epoch delivers every planned row
     exactly once (the N - S * L < S surplus rows are left out of that epoch).
+
+    One live iterator per dataset: a new ``iter()`` (of the dataset or of a loader
+    over it) closes an older one that has not finished, whose later ``next()`` then
+    raises ``RuntimeError``; the new one continues from the committed position.
+    Leaving an epoch early is normal: ``set_epoch`` closes a suspended iterator (see
+    docs/lifecycle.md).
 
     Guaranteed: the samples of global step t are the same for every world size;
     ``state_dict()`` taken after any delivered sample resumes on any topology with
@@ -97,6 +106,10 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         tag_snapshot: Opt in to protecting the version read (at construction and
             after ``load_state_dict``) from ``cleanup_old_versions`` with a Lance tag
             ``lance-streaming-v<version>``; ``release_snapshot()`` removes it.
+        evaluation: Build a dataset for evaluation passes: every ``iter()`` starts at
+            position 0 of its epoch and delivers every planned row of the rank once,
+            however the previous pass ended; it keeps no resumable position
+            (``state_dict()`` and ``load_state_dict()`` raise ``RuntimeError``).
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -135,6 +148,7 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         block_rows: int = DEFAULT_BLOCK_ROWS,
         shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
         tag_snapshot: bool = False,
+        evaluation: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
         if shuffle_seed is None and isinstance(world_size, int):
@@ -142,147 +156,26 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         settings = dict(locals())
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits
-        self._options = check_options(values)
-        self._rank_splits = rank_splits(self._options.num_splits, rank=rank, world_size=world_size)
+        options = check_options(values)
+        owned = rank_splits(options.num_splits, rank=rank, world_size=world_size)
+        snapshot, handle = source.open_table(
+            table, version=version, storage_options=storage_options, connection_factory=connection_factory
+        )
+        view = open_view(snapshot, handle, options, epoch=options.epoch)
+        super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
         self._worker_info_override = worker_info_override
-        self._token = uuid.uuid4().hex  # pairs this object with its copies in worker processes
-        self._shipped = False  # pickled for worker processes of a plain DataLoader
-        self._loader_iterator: weakref.ref[Any] | None = None
-        self._trainer_pid: int | None = None  # set in copies sent to worker processes
-        self._loader_batch = 0  # in copies sent to a loader that wants columnar batches
         self._counters = Counters()  # reads of this process's iterators
-        self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
-        self._snapshot, handle = source.resolve(
-            table,
-            version=version,
-            storage_options=storage_options,
-            connection_factory=connection_factory,
-        )
-        self._epoch = self._options.epoch
-        self._open(self._snapshot, handle, epoch=self._epoch)
-        self._tag_snapshot = bool(tag_snapshot)
-        if self._tag_snapshot:
-            source.protect(self._snapshot)
-        self._progress = Progress(self._options.num_splits)
-        self._active: Generator[Any, None, None] | None = None  # the running iterator
-
-    # -- snapshot and plan -------------------------------------------------------
-
-    def _open(self, snapshot: source.Snapshot, handle: Any, *, epoch: int) -> None:
-        """Resolve columns, filter and plan for ``snapshot``; assign only on success."""
-        columns = self._resolve_columns(handle)
-        filter_index = (
-            source.build_filter_index(handle, self._options.filter) if self._options.filter else None
-        )
-        ids, rows = source.fragment_rows(handle)
-        if filter_index is not None:
-            matching = dict(zip(filter_index.ids.tolist(), filter_index.counts()))
-            rows = [matching.get(fragment_id, 0) for fragment_id in ids]
-        plan = EpochPlan(ids, rows, self._settings(epoch))
-        packing = packing_settings(
-            self._options, handle, columns, plan.split_length * self._options.num_splits
-        )
-        self._snapshot, self._columns, self._filter_index = snapshot, columns, filter_index
-        self._fragments, self._plan, self._packing = (ids, rows), plan, packing
-
-    def _resolve_columns(self, handle: Any) -> tuple[str, ...]:
-        available = source.column_names(handle)
-        wanted = self._options.columns
-        if wanted is None:
-            return tuple(available)
-        unknown = [name for name in wanted if name not in available]
-        if unknown:
-            raise ValueError(
-                f"columns={list(wanted)!r} names {unknown!r}, which version "
-                f"{handle.version} of the table does not have; choose from {available!r}"
-            )
-        return tuple(wanted)
-
-    def _settings(self, epoch: int) -> PlanSettings:
-        options = self._options
-        return PlanSettings(
-            num_splits=options.num_splits,
-            shuffle=options.shuffle,
-            seed=options.shuffle_seed,
-            epoch=epoch,
-            block_rows=options.block_rows,
-            window_rows=window_rows_for(
-                shuffle_buffer_size=options.shuffle_buffer_size,
-                num_splits=options.num_splits,
-                block_rows=options.block_rows,
-            ),
-            clump_rows=options.clump_rows,
-        )
-
-    # -- public properties ------------------------------------------------------
-
-    @property
-    def epoch(self) -> int:
-        """The current epoch."""
-        return self._epoch
-
-    @property
-    def num_splits(self) -> int:
-        """S, the number of splits."""
-        return self._options.num_splits
-
-    @property
-    def shuffle_seed(self) -> int:
-        """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
-        return self._options.shuffle_seed
-
-    @property
-    def split_length(self) -> int:
-        """L, the rows of every split in this epoch."""
-        return self._plan.split_length
-
-    @property
-    def rank(self) -> int:
-        """This dataset's rank."""
-        return self._options.rank
-
-    @property
-    def world_size(self) -> int:
-        """The number of ranks."""
-        return self._options.world_size
-
-    @property
-    def columns(self) -> list[str]:
-        """The columns read, resolved against the snapshot."""
-        return list(self._columns)
-
-    @property
-    def table_uri(self) -> str:
-        """URI of the table (never includes credentials)."""
-        return self._snapshot.uri
-
-    @property
-    def version(self) -> int:
-        """The Lance version read."""
-        return self._snapshot.version
-
-    def owned_splits(self) -> list[int]:
-        """Splits of this rank: rank, rank + world_size, ..."""
-        return list(self._rank_splits)
-
-    def __len__(self) -> int:
-        """Samples (or packed blocks) the next iterator of this rank will yield."""
-        remaining = self._remaining()
-        return sum(remaining[split] for split in self._rank_splits)
-
-    def _remaining(self, *, whole: bool = False) -> list[int]:
-        """Samples (or blocks) each split has left in this epoch (``whole``: all of it)."""
-        if self._packing is not None:
-            budget = self._packing.split_blocks(self.num_splits)
-            return [budget - (0 if whole else count) for count in self._progress.samples]
-        length = self._plan.split_length
-        return [length - (0 if whole else position) for position in self._progress.positions]
+        self._for_loader = False  # a StreamingDataLoader is starting its iterator
+        self._loader_batch_rows = 0  # rows per columnar batch that loader wants (0: samples)
+        self._trainer_pid: int | None = None  # set in copies sent to worker processes
+        self._iterating: tuple[int, int, tuple[int, ...]] = (0, 1, ())  # worker, workers, splits
 
     def __repr__(self) -> str:
+        snapshot = self._view.snapshot
         return (
-            f"StreamingDataset(uri={self._snapshot.uri!r}, version={self._snapshot.version}, "
+            f"StreamingDataset(uri={snapshot.uri!r}, version={snapshot.version}, "
             f"num_splits={self.num_splits}, rank={self.rank}, world_size={self.world_size}, "
-            f"epoch={self._epoch}, split_length={self.split_length})"
+            f"epoch={self.epoch}, split_length={self.split_length})"
         )
 
     # -- iteration ------------------------------------------------------------
@@ -297,98 +190,61 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
                 watchdog.watch_trainer(self._trainer_pid)
         return (0, 1) if info is None else (int(info.id), int(info.num_workers))
 
-    def _iterator_splits(self, worker: int, num_workers: int) -> list[int]:
-        if num_workers <= 1:
-            return list(self._rank_splits)
-        return worker_splits(
-            self._rank_splits, worker=worker, num_workers=num_workers, world_size=self.world_size
-        )
-
     def __iter__(self) -> Iterator[Any]:
         """Yield the remaining samples of this rank's (or this worker's) splits.
 
-        A new iterator continues from the committed position; an older iterator of
-        the same dataset is closed (it stops) so two never advance one position.
+        A new iterator continues from the committed position and closes an older
+        one that has not finished (its later ``next()`` raises ``RuntimeError``).
+        An evaluation dataset starts at position 0 of its epoch every time.
         """
-        if self._active is not None:
-            self._active.close()  # a no-op once it has finished
         worker, num_workers = self._worker()
-        splits = self._iterator_splits(worker, num_workers)
-        commit.register(self._token, self._progress, splits, worker, self._counters)
-        remaining = self._remaining()
-        if all(remaining[split] == 0 for split in splits):
-            warnings.warn(
-                f"epoch {self._epoch} was already fully delivered, so this iterator yields "
-                f"nothing; call set_epoch({self._epoch + 1}) to move on",
-                EpochCompleteWarning,
-                stacklevel=2,
-            )
-        windows = WindowSource(
-            snapshot=self._snapshot,
-            plan=self._plan,
-            columns=self._columns,
-            filter_index=self._filter_index,
-            transform=self._options.transform,
-            on_error=self._options.on_transform_error,
-            batch_rows=self._options.read_batch_size,
+        if get_worker_info() is None and not self._for_loader:  # the trainer's own process
+            self._start_iteration("iter(dataset)")
+        splits = self._rank_splits
+        if num_workers > 1:
+            splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
+        self._iterating = (worker, num_workers, tuple(splits))
+        stream = self._view.stream(
+            self._options,
+            splits,
+            self._ledger.cursor,
             counters=self._counters,
+            batch_rows=self._loader_batch_rows,
         )
-        batch = self._loader_batch or commit.loader_batch(self._token)
-        threads = self._options.io_queue_depth
-        if self._packing is not None:
-            self._active = iterate_blocks(
-                windows, splits, self._progress, io_threads=threads, packing=self._packing
-            )
-        elif batch:
-            self._active = iterate_batches(
-                windows, splits, self._progress, io_threads=threads, batch_size=batch
-            )
-        else:
-            self._active = iterate_cycles(windows, splits, self._progress, io_threads=threads)
-        return self._active
-
-    def _attach(self, loader_iterator: Any) -> None:
-        """Remember the StreamingDataLoader iterator whose workers read this dataset."""
-        self._loader_iterator = weakref.ref(loader_iterator)
-
-    def _close_if_delivered(self) -> None:
-        """Close open iterators when every owned split was delivered to the end.
-
-        Frameworks such as Lightning stop after ``len(loader)`` batches without
-        asking for the end of the epoch; such an iterator has nothing left to give.
-        """
-        if len(self) > 0:
-            return
-        loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
-        if loader_iterator is not None:
-            loader_iterator.close()
-        if self._active is not None:
-            self._active.close()  # a no-op once it has finished
-
-    def _require_idle(self, action: str) -> None:
-        loader_iterator = self._loader_iterator() if self._loader_iterator is not None else None
-        if is_running(self._active) or (loader_iterator is not None and loader_iterator.active):
-            raise RuntimeError(
-                f"cannot {action} while an iterator of this dataset is active; finish or "
-                "close the iterator (or the DataLoader loop) first"
-            )
+        iterator = Samples(stream, "iter(dataset)")
+        self._live.hold(iterator)
+        return iterator
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch``: a no-op for the current epoch, else counts restart at 0.
 
+        An iterator of this dataset that has not finished (the loop did ``break``,
+        a step limit stopped it, an exception left it) is closed first: its
+        prefetched samples are discarded, never counted, and how much of the epoch
+        was left is logged at INFO on the ``streaming`` logger.
+
         Raises:
-            RuntimeError: another epoch while an iterator is active.
+            RuntimeError: a ``next()`` of this dataset's iterator is running right
+                now (in another thread).
             ValueError: ``epoch`` is not a non-negative integer.
         """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
-        if epoch == self._epoch:
+        epoch = as_epoch(epoch)
+        if epoch == self.epoch:
             return
-        self._close_if_delivered()
-        self._require_idle(f"set_epoch({epoch})")
-        self._plan = EpochPlan(*self._fragments, self._settings(epoch))
-        self._epoch = epoch
-        self._progress = Progress(self.num_splits)
+        left, whole = len(self), sum(self._remaining(whole=True)[split] for split in self._rank_splits)
+        closed = self._live.close_live(f"set_epoch({epoch})", anything_left=left > 0)
+        if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
+            _LOG.info(
+                "set_epoch(%d) leaves epoch %d of rank %d with %d of %d samples undelivered%s",
+                epoch,
+                self.epoch,
+                self.rank,
+                left,
+                whole,
+                f" (closed {closed.description})" if closed is not None else "",
+            )
+        self._view = self._view.for_epoch(self._options, epoch)
+        self._restart()
 
     def stats(self) -> dict[str, float]:
         """Live statistics of this rank, including its DataLoader workers.
@@ -401,27 +257,63 @@ class StreamingDataset(Checkpointing, IterableDataset[Any]):
         number of windows requested and not yet consumed. Worker figures are as of
         their latest delivered batch. Cheap: counters only, no I/O.
         """
-        samples, positions = self._progress.samples, self._progress.positions
+        samples, positions = self._ledger.cursor.samples, self._ledger.cursor.positions
         totals = stats.total([self._counters.as_dict(), *self._worker_counters.values()])
+        skipped = sum(positions[split] - samples[split] for split in self._rank_splits)
         return {
-            "epoch": self._epoch,
+            "epoch": self.epoch,
             "rows_delivered": sum(samples[split] for split in self._rank_splits),
-            "rows_skipped": 0
-            if self._packing is not None
-            else sum(positions[split] - samples[split] for split in self._rank_splits),
+            "rows_skipped": 0 if self._view.packing is not None else skipped,
             **totals,
         }
+
+    # -- hooks for StreamingDataLoader (not public API) -------------------------
+
+    def _start_iteration(self, description: str) -> None:
+        """Close the live iterator (superseded by ``description``); prepare a new one."""
+        self._live.close_live(f"a new iterator ({description})", anything_left=len(self) > 0)
+        if self._options.evaluation:
+            self._restart()
+        elif len(self) == 0:
+            warnings.warn(
+                f"epoch {self.epoch} was already fully delivered, so this iterator yields "
+                f"nothing; call set_epoch({self.epoch + 1}) to move on",
+                EpochCompleteWarning,
+                stacklevel=4,
+            )
+
+    def _hold(self, iterator: Guarded) -> Guarded | None:
+        """Make a loader's iterator the live one; return the one it wraps, if any (its
+        own ``iter(dataset)`` with ``num_workers=0``)."""
+        inner = self._live.current()
+        self._live.hold(iterator)
+        return inner
+
+    @contextmanager
+    def _shipping(self, *, batch_rows: int) -> Iterator[None]:
+        """While a loader starts its iterator: yield columnar batches of ``batch_rows``
+        (0: samples), and a pickle for a worker process is the loader's, not a plain
+        DataLoader's."""
+        self._for_loader, self._loader_batch_rows = True, batch_rows
+        try:
+            yield
+        finally:
+            self._for_loader, self._loader_batch_rows = False, 0
+
+    def _worker_report(self) -> WorkerReport:
+        """In a worker process: the progress of the splits this worker's iterator owns."""
+        worker, _, splits = self._iterating
+        progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
+        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict())
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, snapshot and position, no handles."""
         state = dict(self.__dict__)
-        state["_active"] = None
-        state["_loader_iterator"] = None
+        state["_live"] = LiveSlot()
         state["_trainer_pid"] = os.getpid()
-        state["_loader_batch"] = commit.loader_batch(self._token)
         state["_counters"] = Counters()
         state["_worker_counters"] = {}
-        if not commit.shipping_for_loader(self._token) and commit.pickled_for_a_child_process():
-            self._shipped = True
         state["_shipped"] = False
+        if _compat.pickling_for_child_process() and not self._for_loader:
+            self._shipped = True  # a plain DataLoader's worker: its progress never comes back
         return state

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+__all__ = ["build", "change_table", "report", "run", "train"]
+
 NUM_SPLITS = 12
 ROWS = 20_000
 FEATURES = 16

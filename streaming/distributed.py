@@ -13,6 +13,8 @@ from typing import Any, Protocol
 
 from .dataset import StreamingDataset
 
+__all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
+
 
 class _Stateful(Protocol):
     def state_dict(self) -> dict[str, Any]: ...

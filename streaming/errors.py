@@ -1,6 +1,37 @@
-"""Warnings this package emits, so users can filter them and tests can assert them."""
+"""Every public exception and warning of lance-streaming.
+
+Hierarchy::
+
+    ValueError
+     └── SnapshotGoneError        the Lance version a checkpoint pins is gone
+    UserWarning
+     └── StreamingWarning         base of every warning, so users can filter them all
+          ├── EpochCompleteWarning
+          ├── TableMovedWarning
+          ├── UnownedSplitsWarning
+          ├── TransformErrorWarning
+          └── PackingEstimateWarning
+
+Everything else raises the built-in exceptions: ``ValueError`` for bad settings or
+states, ``TypeError`` for wrong types, ``RuntimeError`` for calls made at the wrong
+time (each message says what to do instead).
+"""
 
 from __future__ import annotations
+
+__all__ = [
+    "EpochCompleteWarning",
+    "PackingEstimateWarning",
+    "SnapshotGoneError",
+    "StreamingWarning",
+    "TableMovedWarning",
+    "TransformErrorWarning",
+    "UnownedSplitsWarning",
+]
+
+
+class SnapshotGoneError(ValueError):
+    """The Lance version a checkpoint pins no longer exists (see ``tag_snapshot=True``)."""
 
 
 class StreamingWarning(UserWarning):

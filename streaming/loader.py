@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import multiprocessing
+import operator
 import pickle
 import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import DataLoader, default_collate
-from torch.utils.data.dataloader import _InfiniteConstantSampler
+from torch.utils.data import DataLoader, Sampler, default_collate, default_convert
 
-from . import commit, transfer
-from .checkpoint import Counts
+from . import _compat, transfer
 from .dataset import StreamingDataset
+from .lifecycle import Guarded
 from .plan import worker_splits
+from .worker import ReportingCollate, WorkerBatch, WorkerInit
+
+__all__ = ["StreamingDataLoader"]
 
 _SAFE_METHODS = ("forkserver", "spawn")
 _LEN_COUNTS = ("remaining", "epoch")
@@ -44,25 +47,18 @@ def _start_method(context: Any) -> Any:
     return context
 
 
-def _preload_fork_server(context: Any) -> None:
-    """Have a fork server not started yet import ``_PRELOAD`` once for all its workers.
+class _EpochSampler(Sampler[None]):
+    """The sampler of an IterableDataset loader (``None`` forever), with ``set_epoch``.
 
-    A worker forked from a server that imported torch starts in about 0.2 s instead
-    of 1 s, at every epoch. Modules the program asked the server to preload are kept.
+    Lightning sets the epoch through ``loader.sampler.set_epoch``.
     """
-    import multiprocessing.forkserver as forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    current = list(getattr(server, "_preload_modules", ["__main__"]))
-    context.set_forkserver_preload(list(dict.fromkeys([*current, *_PRELOAD])))
-
-
-class _EpochSampler(_InfiniteConstantSampler):
-    """The sampler of an IterableDataset loader, with ``set_epoch`` (for Lightning)."""
 
     def __init__(self, dataset: StreamingDataset) -> None:
-        super().__init__()
         self._dataset = dataset
+
+    def __iter__(self) -> Iterator[None]:
+        while True:
+            yield None
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingDataset.set_epoch``."""
@@ -95,6 +91,50 @@ def _check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool)
             raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
 
 
+def _whole(value: object, *, low: int, allow_none: bool) -> bool:
+    if value is None:
+        return allow_none
+    try:
+        return not isinstance(value, bool) and operator.index(value) >= low  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+_NUMBERS: tuple[tuple[str, int, bool, str], ...] = (
+    ("batch_size", 1, True, "a positive integer, or None to yield single samples"),
+    ("num_workers", 0, False, "a non-negative integer"),
+    ("prefetch_factor", 1, True, "a positive integer or None"),
+)
+
+
+def _check_numbers(values: dict[str, object]) -> None:
+    """Refuse a bad count now, naming it, rather than with an IndexError mid-epoch."""
+    for name, low, allow_none, expected in _NUMBERS:
+        if not _whole(values[name], low=low, allow_none=allow_none):
+            raise ValueError(f"StreamingDataLoader needs {name} to be {expected}, got {values[name]!r}")
+    timeout = values["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"StreamingDataLoader needs timeout to be a non-negative number, got {timeout!r}")
+
+
+def _check_len_counts(len_counts: str) -> None:
+    if len_counts not in _LEN_COUNTS:
+        raise ValueError(
+            f"len_counts must be one of {', '.join(map(repr, _LEN_COUNTS))}, got {len_counts!r}; "
+            "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
+        )
+
+
+def _columnar(
+    dataset: StreamingDataset, *, collate_fn: Any, batch_size: int | None, batch_sampler: Any
+) -> bool:
+    """Whether the dataset may yield whole columnar batches, which equal default_collate's:
+    the default collate, no transform, no packing, a batch size and no batch sampler."""
+    options = dataset._options
+    plain = collate_fn in (None, default_collate) and options.transform is None
+    return plain and options.pack_sequences is None and batch_size is not None and batch_sampler is None
+
+
 def _check_picklable(keyword: str, function: object) -> None:
     if not callable(function):
         return
@@ -112,27 +152,37 @@ def _check_picklable(keyword: str, function: object) -> None:
 class StreamingDataLoader(DataLoader[Any]):
     """A ``DataLoader`` for ``StreamingDataset`` whose state is consumer-committed.
 
-    Every worker batch travels with a snapshot of its worker's progress, committed
-    to the dataset only when ``next()`` returns the batch to the trainer, so
-    prefetched batches never move the saved position. Takes the arguments of
-    ``torch.utils.data.DataLoader`` and yields the same collated batches.
+    Every worker batch travels with its worker's progress, committed to the dataset
+    only when ``next()`` returns the batch to the trainer, so prefetched batches
+    never move the saved position. Takes the arguments of
+    ``torch.utils.data.DataLoader`` and yields the same collated batches (with
+    ``batch_size=None``, single samples, as a DataLoader does).
+
+    One live iterator per dataset: ``iter(loader)`` closes an older iterator of the
+    same dataset that has not finished (its workers stop, its prefetched batches
+    are discarded) and continues from the committed position; ``next()`` on the
+    older one then raises ``RuntimeError``. Leaving an epoch early and calling
+    ``set_epoch`` is normal (see docs/lifecycle.md).
 
     Worker w of k owns the rank's splits at positions w, w + k, ...; the rank's
     split count must be a multiple of ``num_workers``. Without a
     ``multiprocessing_context`` workers start with forkserver (else spawn); fork is
-    refused because Lance is not fork-safe.
+    refused because Lance is not fork-safe. Workers see the trainer's environment
+    as it is when the iterator starts.
 
     ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` (the
     default) is the batches the next iteration really yields; ``"epoch"`` is the
-    batches of this rank's whole epoch, what Lightning expects after a restore (it
-    subtracts the batches it already ran). Neither changes what is yielded.
+    batches of this rank's whole epoch plus ``replay_allowance()``, what Lightning
+    expects after a restore (it subtracts the batches it already ran, and must not
+    stop before the replayed ones are through). Neither changes what is yielded.
 
     Raises:
         TypeError: ``dataset`` is not a ``StreamingDataset`` or overrides
             ``__iter__``.
-        ValueError: an unknown ``len_counts``, ``in_order=False``, ``persistent_workers=True``,
-            ``drop_last=True``, a fork context, or a worker count that does not
-            divide the rank's splits.
+        ValueError: a ``batch_size``, ``num_workers``, ``prefetch_factor`` or
+            ``timeout`` out of range, an unknown ``len_counts``, ``in_order=False``,
+            ``persistent_workers=True``, ``drop_last=True``, a fork context, or a
+            worker count that does not divide the rank's splits.
     """
 
     def __init__(
@@ -143,7 +193,7 @@ class StreamingDataLoader(DataLoader[Any]):
         sampler: Any = None,
         batch_sampler: Any = None,
         num_workers: int = 0,
-        collate_fn: Callable[[list[Any]], Any] | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
         pin_memory: bool = False,
         drop_last: bool = False,
         timeout: float = 0,
@@ -158,24 +208,27 @@ class StreamingDataLoader(DataLoader[Any]):
         len_counts: str = "remaining",
     ) -> None:
         dataset = _check_dataset(dataset)
-        if len_counts not in _LEN_COUNTS:
-            raise ValueError(
-                f"len_counts must be one of {', '.join(map(repr, _LEN_COUNTS))}, got {len_counts!r}; "
-                "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
-            )
-        # Columnar batches equal default_collate's; they need no transform. The dataset
-        # then yields whole batches (no per-row fetching by the DataLoader).
-        columnar = collate_fn in (None, default_collate) and dataset._options.transform is None
-        columnar = columnar and dataset._options.pack_sequences is None
-        columnar = columnar and batch_size is not None and batch_sampler is None
+        _check_numbers(
+            {
+                "batch_size": batch_size,
+                "num_workers": num_workers,
+                "prefetch_factor": prefetch_factor,
+                "timeout": timeout,
+            }
+        )
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
+        _check_len_counts(len_counts)
+        columnar = _columnar(
+            dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
+        )
         chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
             worker_splits(
                 dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
             )
-        collate = commit.CommittingCollate(collate_fn or default_collate, dataset._token, columnar=columnar)
+        default = default_collate if batch_size is not None or batch_sampler is not None else default_convert
+        collate = ReportingCollate(collate_fn or default, columnar=columnar)
         super().__init__(
             dataset,
             batch_size=None if columnar else batch_size,
@@ -187,7 +240,7 @@ class StreamingDataLoader(DataLoader[Any]):
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=timeout,
-            worker_init_fn=worker_init_fn,
+            worker_init_fn=WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
             multiprocessing_context=multiprocessing_context,
             generator=generator,
             prefetch_factor=prefetch_factor,
@@ -204,44 +257,43 @@ class StreamingDataLoader(DataLoader[Any]):
         self._preload = (
             chosen_here and _PRELOAD_HERE and self.multiprocessing_context.get_start_method() == "forkserver"
         )
-        self._boundary: Counts | None = None
         self._len_counts = len_counts
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        """Yield batches; each one's progress is committed as it is returned."""
+        """Yield batches; each one's progress is committed as it is returned.
+
+        Closes an older iterator of the same dataset that has not finished.
+        """
         dataset = self._streaming
         if self.num_workers > 0:
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
+        dataset._start_iteration("iter(loader)")
         if self._preload:
-            _preload_fork_server(self.multiprocessing_context)
+            _compat.forkserver_preload(self.multiprocessing_context, _PRELOAD)
         channel = None
         if self.num_workers > 0 and self._columnar and transfer.available():
             channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
         self._collate.channel = channel
-        with commit.shipping(
-            dataset._token, batch=self.batch_size if self._columnar and self.batch_size else 0
-        ):
+        batch_rows = self.batch_size if self._columnar and self.batch_size else 0
+        with dataset._shipping(batch_rows=batch_rows):
             batches = super().__iter__()
-        self._boundary = self._streaming._boundary_counts()
-        return _Committing(batches, self, channel)
-
-    def _after_commit(self) -> None:
-        """Remember the counts if this batch completed a logical step of all workers."""
-        counts = self._streaming._boundary_counts()
-        if counts is not None:
-            self._boundary = counts
+        iterator = _Committing(batches, self, channel)
+        iterator.inner = dataset._hold(iterator)  # with num_workers=0, the dataset's own iterator
+        return iterator
 
     def __len__(self) -> int:
         """Batches the next iteration yields, counting every worker's short last batch.
 
         With ``len_counts="epoch"``: the batches of this rank's whole epoch instead,
-        however much of it was delivered (as torchdata and Lightning count).
+        however much of it was delivered (as torchdata and Lightning count), plus
+        ``replay_allowance()``.
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
         workers = max(1, self.num_workers)
-        remaining = dataset._remaining(whole=self._len_counts == "epoch")
-        total = 0
+        whole = self._len_counts == "epoch"
+        remaining = dataset._remaining(whole=whole)
+        total = self.replay_allowance() if whole else 0
         for worker in range(workers):
             splits = worker_splits(
                 dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
@@ -249,77 +301,83 @@ class StreamingDataLoader(DataLoader[Any]):
             total += -(-sum(remaining[split] for split in splits) // batch_size)
         return total
 
+    def replay_allowance(self) -> int:
+        """Most batches a resume from ``state_dict()`` delivers again.
+
+        k - 1 batches after the last logical step boundary of k workers, plus one
+        when a batch is not a whole number of cycles of a worker's splits (its
+        partial cycle is replayed too). ``len_counts="epoch"`` adds this to the
+        epoch, so a framework that stops after ``len()`` batches (Lightning) never
+        stops before the replayed batches are through; it then ends at the
+        iterator's end instead.
+        """
+        workers = max(1, self.num_workers)
+        splits = len(self._streaming.owned_splits()) // workers
+        partial = 1 if (self.batch_size or 1) % splits else 0
+        return workers - 1 + partial
+
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:
         """The dataset state at the last logical step boundary (or now, with ``strict``).
 
         With k > 1 workers, the state between boundaries is not a consistent cut;
-        the last boundary's state replays at most k - 1 batches after a resume.
+        the last boundary's state replays the batches delivered since (at most
+        ``replay_allowance()``) after a resume.
 
         Raises:
-            RuntimeError: ``strict=True`` between logical step boundaries.
+            RuntimeError: ``strict=True`` between logical step boundaries; an
+                evaluation dataset.
         """
-        if strict or self.num_workers == 0 or self._boundary is None:
+        if strict or self.num_workers == 0:
             return self._streaming.state_dict()
-        return self._streaming._state_from(*self._boundary)
+        return self._streaming._boundary_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Forward to ``StreamingDataset.load_state_dict``."""
         self._streaming.load_state_dict(state)
-        self._boundary = None
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingDataset.set_epoch``."""
         self._streaming.set_epoch(epoch)
-        self._boundary = None
 
 
 def _release(batches: Iterator[Any], channel: transfer.Channel | None, *, num_workers: int) -> None:
     """Shut down the workers of ``batches``, then free their shared memory."""
-    shutdown = getattr(batches, "_shutdown_workers", None)
     try:
-        if shutdown is not None:
-            shutdown()
+        _compat.shutdown_workers(batches)
     finally:
         if channel is not None:
             transfer.release(channel, num_workers=num_workers)
 
 
-class _Committing(Iterator[Any]):
-    """Unwraps each batch and commits its worker's snapshot on the way out."""
+class _Committing(Guarded):
+    """Unwraps each batch and commits its worker's report on the way out."""
 
     def __init__(
-        self, batches: Iterator[Any], loader: StreamingDataLoader, channel: transfer.Channel | None
+        self,
+        batches: Iterator[Any],
+        loader: StreamingDataLoader,
+        channel: transfer.Channel | None,
     ) -> None:
-        self._batches: Iterator[Any] | None = batches
+        super().__init__("iter(loader)")
+        self._batches = batches
         self._loader = loader
+        self._dataset = loader._streaming
         self._channel = channel
-        loader._streaming._attach(self)
+        self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
         # unmaps the workers' shared memory however this iterator ends, even unclosed
-        self._release = weakref.finalize(self, _release, batches, channel, num_workers=loader.num_workers)
+        self._finalizer = weakref.finalize(self, _release, batches, channel, num_workers=loader.num_workers)
 
-    def close(self) -> None:
-        """Stop the base iterator (its workers shut down); later ``next()`` stops."""
-        self._batches = None
-        self._release()
-
-    @property
-    def active(self) -> bool:
-        """True until the batches are exhausted or failed."""
-        return self._batches is not None
-
-    def __next__(self) -> Any:
-        if self._batches is None:
-            raise StopIteration
-        try:
-            item = next(self._batches)
-            batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
-        except BaseException:
-            self.close()
-            raise
-        if item.snapshot is not None:
-            self._loader._streaming._commit(item.snapshot)
-            self._loader._after_commit()
+    def _advance(self) -> Any:
+        item: WorkerBatch = next(self._batches)
+        batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
+        if item.report is not None:
+            self._dataset._commit(item.report)
         return batch
+
+    def _release(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+        self._finalizer()
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -7,12 +7,16 @@ and the fix; nothing is changed.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from .errors import TableMovedWarning, UnownedSplitsWarning
+from .progress import SplitProgress
 from .state import StreamState, parse_state, plan_mismatches
+
+__all__ = ["merge_states"]
 
 
 def _check_same_run(states: Sequence[StreamState]) -> None:
@@ -37,27 +41,18 @@ def _check_same_run(states: Sequence[StreamState]) -> None:
             )
 
 
-Progress = tuple[int, int, tuple[int, int, int] | None]
-"""(count, position, packing anchor) of one split."""
-
-
-def _progress(state: StreamState, split: int) -> Progress:
-    anchor = state.anchors[split] if state.anchors is not None else None
-    return (state.samples[split], state.positions[split], anchor)
-
-
-def _owner_counts(states: Sequence[StreamState]) -> dict[int, Progress]:
-    owned: dict[int, Progress] = {}
+def _owner_counts(states: Sequence[StreamState]) -> dict[int, SplitProgress]:
+    owned: dict[int, SplitProgress] = {}
     for index, state in enumerate(states):
         for split in state.owned_splits:
-            pair = _progress(state, split)
-            if split in owned and owned[split] != pair:
+            progress = state.progress[split]
+            if split in owned and owned[split] != progress:
                 raise ValueError(
-                    f"two states own split {split} with different progress "
-                    f"(count, position, anchor) {owned[split]} and {pair} (state {index}); they "
-                    "were taken at different steps or come from different runs"
+                    f"two states own split {split} with different progress {owned[split]} and "
+                    f"{progress} (state {index}); they were taken at different steps or come "
+                    "from different runs"
                 )
-            owned[split] = pair
+            owned[split] = progress
     return owned
 
 
@@ -89,32 +84,25 @@ def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[s
             UnownedSplitsWarning,
             stacklevel=3,
         )
-    merged_progress = [
+    progress = tuple(
         owned[split] if split in owned else _lockstep(parsed, split) for split in range(first.num_splits)
-    ]
-    merged = StreamState(
-        **{
-            **first.__dict__,
-            "samples": tuple(count for count, _, _ in merged_progress),
-            "positions": tuple(position for _, position, _ in merged_progress),
-            "owned_splits": tuple(sorted(owned)),
-            "anchors": None if first.anchors is None else tuple(a for _, _, a in merged_progress),  # type: ignore[misc]
-        }
     )
+    merged = dataclasses.replace(first, progress=progress, owned_splits=tuple(sorted(owned)))
     return merged.to_dict()
 
 
-def _lockstep(states: Sequence[StreamState], split: int) -> Progress:
+def _lockstep(states: Sequence[StreamState], split: int) -> SplitProgress:
     """An unowned split: the largest lockstep count; packing keeps the furthest anchor."""
-    count = max(state.samples[split] for state in states)
-    if states[0].anchors is None:
-        return (count, max(max(state.positions[split] for state in states), count), None)
-    anchor = max(state.anchors[split] for state in states if state.anchors is not None)
-    return (count, anchor[1], anchor)
+    count = max(state.progress[split].samples for state in states)
+    if states[0].packing is None:
+        position = max(max(state.progress[split].positions for state in states), count)
+        return SplitProgress(count, position)
+    anchor = max(state.progress[split].anchor or (0, 0, 0) for state in states)
+    return SplitProgress(count, anchor[1], anchor)
 
 
-def _check_lockstep(owned: dict[int, Progress]) -> None:
-    counts = {split: pair[0] for split, pair in owned.items()}
+def _check_lockstep(owned: dict[int, SplitProgress]) -> None:
+    counts = {split: progress.samples for split, progress in owned.items()}
     distinct = sorted(set(counts.values()))
     if len(distinct) > 1:
         low = min(counts, key=lambda split: counts[split])

@@ -6,9 +6,20 @@ in every state dict; the rest are I/O settings that never change the order.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+__all__ = [
+    "DEFAULT_BLOCK_ROWS",
+    "DEFAULT_IO_QUEUE_DEPTH",
+    "DEFAULT_READ_BATCH_SIZE",
+    "DEFAULT_SHUFFLE_BUFFER_SIZE",
+    "Options",
+    "as_epoch",
+    "check_options",
+]
 
 DEFAULT_BLOCK_ROWS = 64
 DEFAULT_SHUFFLE_BUFFER_SIZE = 32768
@@ -67,6 +78,7 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         lambda v: v in ("raise", "skip", "warn") or callable(v),
         "'raise', 'skip', 'warn' or a callable handler(exception) -> bool",
     ),
+    ("evaluation", lambda v: isinstance(v, bool), "True or False"),
     (
         "columns",
         lambda v: (
@@ -104,6 +116,7 @@ class Options:
     eos_id: int | None = None
     pad_id: int | None = None
     blocks_per_epoch: int | str | None = None
+    evaluation: bool = False
 
     @property
     def clump_rows(self) -> int:
@@ -133,6 +146,17 @@ def _check_packing(values: dict[str, Any]) -> None:
             f"blocks_per_epoch={blocks} is not divisible by num_splits={splits}; every split emits "
             f"the same number of blocks, so pass a multiple of {splits} (for example {example})"
         )
+
+
+def as_epoch(epoch: object) -> int:
+    """``epoch`` as an int (numpy integers too); ``ValueError`` unless a non-negative integer."""
+    try:
+        value = operator.index(epoch)  # type: ignore[arg-type]
+    except TypeError:
+        value = -1
+    if isinstance(epoch, bool) or value < 0:
+        raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+    return value
 
 
 def check_options(values: dict[str, Any]) -> Options:

@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 
 from .errors import PackingEstimateWarning
-from .iterate import Progress
+from .progress import Anchor, Cursor
 from .reader import SplitReaders, WindowSource, open_readers
 
-Anchor = tuple[int, int, int]
-"""(blocks emitted, next document, token offset in it) of one split."""
+__all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ _SAMPLE_DOCUMENTS = 4096
 """Documents read to estimate ``blocks_per_epoch="auto"``."""
 
 
-def resolve(options: Any, handle: Any, columns: Sequence[str], planned_rows: int) -> Packing | None:
+def packing_for(options: Any, handle: Any, columns: Sequence[str], planned_rows: int) -> Packing | None:
     """The packing settings for a snapshot, or None; checks the token column.
 
     Raises:
@@ -105,7 +104,7 @@ class _Packer:
     """Builds one split's blocks from its documents, starting at an anchor."""
 
     def __init__(self, readers: SplitReaders, split: int, anchor: Anchor, *, packing: Packing, column: str):
-        self._readers, self._split, self._column = readers, split, column
+        self._readers, self.split, self._column = readers, split, column
         self._packing = packing
         self.blocks, self.document, self.offset = anchor
         self._tokens: np.ndarray | None = None  # of ``document``, with its eos
@@ -118,8 +117,8 @@ class _Packer:
     def _current(self) -> np.ndarray | None:
         """Tokens of ``document`` (its eos not included), or ``None`` past the split's end."""
         if self._tokens is None:
-            if not self._ahead and self._readers.remaining(self._split) > 0:
-                self._ahead = self._readers.take(self._split, _DOCUMENTS_PER_TAKE)[::-1]
+            if not self._ahead and self._readers.remaining(self.split) > 0:
+                self._ahead = self._readers.take(self.split, _DOCUMENTS_PER_TAKE)[::-1]
             if self._ahead:
                 self._tokens = np.asarray(self._ahead.pop()[self._column])
         return self._tokens
@@ -160,37 +159,37 @@ class _Packer:
 def iterate_blocks(
     windows: WindowSource,
     splits: Sequence[int],
-    progress: Progress,
+    cursor: Cursor,
     *,
     io_threads: int,
     packing: Packing,
 ) -> Generator[dict[str, Any], None, None]:
     """Yield cycles of one block per owned split, in ascending split order.
 
-    ``progress`` moves just before the last block of a cycle is handed out, so a
+    ``cursor`` moves just before the last block of a cycle is handed out, so a
     state counts whole cycles, as with rows. Closing the generator stops reads.
     """
     import torch
 
     ordered = sorted(splits)
-    budget = packing.split_blocks(len(progress.samples))
+    budget = packing.split_blocks(len(cursor))
     column = windows.columns[0]
-    anchors = {split: progress.anchors[split] for split in ordered}
+    anchors = {split: cursor.anchor(split) for split in ordered}
     with open_readers(
         windows, {split: anchors[split][1] for split in ordered}, io_threads=io_threads
     ) as readers:
         packers = [
             _Packer(readers, split, anchors[split], packing=packing, column=column) for split in ordered
         ]
-        for packer, split in zip(packers, ordered):
-            while packer.blocks < progress.samples[split]:  # a lockstep anchor: catch up
+        for packer, split in zip(packers, ordered, strict=True):
+            while packer.blocks < cursor.samples[split]:  # a lockstep anchor: catch up
                 packer.block()
         active = [packer for packer in packers if packer.blocks < budget]
         while active:
             cycle = [packer.block() for packer in active]
             for block in cycle[:-1]:
                 yield _tensors(block, torch)
-            progress.commit_anchors({packer._split: packer.anchor for packer in active})
+            cursor.move_anchors({packer.split: packer.anchor for packer in active})
             yield _tensors(cycle[-1], torch)
             active = [packer for packer in active if packer.blocks < budget]
 

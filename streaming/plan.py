@@ -31,6 +31,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+__all__ = [
+    "PLAN_FORMAT",
+    "EpochPlan",
+    "PlanSettings",
+    "WindowRead",
+    "digest",
+    "permute",
+    "rank_splits",
+    "window_rows_for",
+    "worker_splits",
+]
+
 PLAN_FORMAT = 1
 """Bumped whenever the same inputs would put a different row at some position."""
 
@@ -136,7 +148,7 @@ class EpochPlan:
     ) -> None:
         if len(fragment_ids) != len(fragment_rows):
             raise ValueError("fragment_ids and fragment_rows must have the same length")
-        pairs = [(int(f), int(n)) for f, n in zip(fragment_ids, fragment_rows) if n > 0]
+        pairs = [(int(f), int(n)) for f, n in zip(fragment_ids, fragment_rows, strict=True) if n > 0]
         if settings.shuffle:
             pairs.sort(key=lambda pair: digest("fragment", pair[0], settings.seed, settings.epoch))
         self.settings = settings
@@ -165,30 +177,6 @@ class EpochPlan:
         start = window * self.settings.window_rows
         return start, min(start + self.settings.window_rows, self.split_length)
 
-    def split_rows(self, split: int, positions: np.ndarray) -> np.ndarray:
-        """Split-local row index (in [0, L)) delivered at each of ``positions``."""
-        positions = np.asarray(positions, dtype=np.int64)
-        windows = positions // self.settings.window_rows
-        rows = np.empty_like(positions)
-        for window in np.unique(windows):
-            chosen = windows == window
-            start, _ = self.window_bounds(int(window))
-            rows[chosen] = self.window_rows_order(split, int(window))[positions[chosen] - start]
-        return rows
-
-    def window_rows_order(self, split: int, window: int) -> np.ndarray:
-        """Split-local rows of ``window`` in the order they are delivered."""
-        start, stop = self.window_bounds(window)
-        if not self.settings.shuffle:
-            return np.arange(start, stop, dtype=np.int64)
-        visits = start + self._window_permutation(split, window, stop - start)
-        block_rows = self.settings.block_rows
-        blocks = self._window_blocks(split, first=start, last=stop)
-        result: np.ndarray = (
-            blocks[visits // block_rows - start // block_rows] * block_rows + visits % block_rows
-        )
-        return result
-
     def _window_permutation(self, split: int, window: int, length: int) -> np.ndarray:
         """Visit offsets in a window in delivery order: full clumps permuted, tail last."""
         clump = self.settings.clump_rows
@@ -215,13 +203,6 @@ class EpochPlan:
         result: np.ndarray = (np.asarray(rows, dtype=np.int64) + start) % self.total_rows
         return result
 
-    def locate(self, split: int, position: int) -> tuple[int, int]:
-        """Return (fragment id, offset among its planned rows) of one position."""
-        self._check_position(split, position)
-        laid = int(self.laid_out(split, self.split_rows(split, np.array([position])))[0])
-        index = int(np.searchsorted(self.bounds, laid, side="right")) - 1
-        return int(self.fragment_ids[index]), laid - int(self.bounds[index])
-
     def window_read(self, requests: Sequence[tuple[int, int]]) -> WindowRead:
         """What to read for the (split, window) ``requests`` and how to order it.
 
@@ -238,7 +219,9 @@ class EpochPlan:
         runs = [self._window_runs(split, window) for split, window in keys]
         starts = np.concatenate([run[0] for run in runs])
         lengths = np.concatenate([run[1] for run in runs])
-        weights = np.concatenate([np.full(run[0].size, copies[key]) for run, key in zip(runs, keys)])
+        weights = np.concatenate(
+            [np.full(run[0].size, copies[key]) for run, key in zip(runs, keys, strict=True)]
+        )
         order = np.argsort(starts, kind="stable")
         lengths, weighted = lengths[order], lengths[order] * weights[order]
         first_rank = np.empty_like(starts)
@@ -247,7 +230,7 @@ class EpochPlan:
         if len(keys) < len(requests):
             ordered = np.repeat(ordered, np.repeat(weights[order], lengths))
         base, ranks = 0, {}
-        for key, (run_starts, _, row_run, row_offset) in zip(keys, runs):
+        for key, (run_starts, _, row_run, row_offset) in zip(keys, runs, strict=True):
             ranks[key] = first_rank[base + row_run] + row_offset * copies[key]
             base += run_starts.size
         seen: Counter[tuple[int, int]] = Counter()
@@ -297,15 +280,12 @@ class EpochPlan:
         return tuple(
             (int(self.fragment_ids[index]), ordered[low:high] - self.bounds[index])
             for index, low, high in zip(
-                touched.tolist(), cuts[touched - first].tolist(), cuts[touched - first + 1].tolist()
+                touched.tolist(),
+                cuts[touched - first].tolist(),
+                cuts[touched - first + 1].tolist(),
+                strict=True,
             )
         )
-
-    def _check_position(self, split: int, position: int) -> None:
-        if not 0 <= split < self.settings.num_splits:
-            raise IndexError(f"split {split} is outside [0, {self.settings.num_splits})")
-        if not 0 <= position < self.split_length:
-            raise IndexError(f"position {position} is outside [0, {self.split_length})")
 
 
 def rank_splits(num_splits: int, *, rank: int, world_size: int) -> list[int]:

@@ -16,6 +16,8 @@ from .rows import Rows
 from .stats import Counters, timed
 from .transformed import OnError, TransformedRows
 
+__all__ = ["Key", "SplitReaders", "Window", "WindowSource", "open_readers"]
+
 Window = Rows | TransformedRows
 Key = tuple[int, int]
 
@@ -60,7 +62,7 @@ class WindowSource:
                 ]
         else:
             windows = list(Rows.gather(table, request.gathers))
-        return dict(zip(requests, windows))
+        return dict(zip(requests, windows, strict=True))
 
 
 class SplitReaders:

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+__all__ = ["Column", "Rows", "Sample", "Storage", "gather"]
+
 Sample = dict[str, Any]
 Column = np.ndarray | list[Any]
 """A converted column: a numpy array (rows along the first axis) or a list of values."""
@@ -91,7 +93,7 @@ def _row_builder(names: Sequence[str]) -> Callable[[Sequence[Sequence[Any]]], li
     builder = _BUILDERS.get(key)
     if builder is None:
         values = [f"v{i}" for i in range(len(key))]
-        fields = ", ".join(f"{name!r}: {value}" for name, value in zip(key, values))
+        fields = ", ".join(f"{name!r}: {value}" for name, value in zip(key, values, strict=True))
         targets = "".join(f"{value}, " for value in values)
         code = f"lambda columns: [{{{fields}}} for {targets} in zip(*columns)]"
         builder = eval(code, {"__builtins__": {"zip": zip}})  # noqa: S307 - keys are repr()'d literals
@@ -116,29 +118,15 @@ class Rows:
     """Rows of one window in yield order.
 
     ``storage`` holds the converted columns (shared with the other windows of the
-    same read) and ``order`` which of its rows come at each position; ``Rows(names,
-    columns)`` wraps columns that are already in yield order.
+    same read) and ``order`` which of its rows come at each position.
     """
 
-    def __init__(
-        self,
-        names: Sequence[str],
-        columns: Sequence[Any] | None = None,
-        *,
-        storage: Storage | None = None,
-        order: np.ndarray | None = None,
-    ) -> None:
-        if storage is None:
-            storage = Storage(names, columns or [])
-            order = None
+    def __init__(self, names: Sequence[str], *, storage: Storage, order: np.ndarray) -> None:
         self.names = list(names)
         self.storage = storage
-        self.order = order
-        if order is not None:
-            self.length = len(order)
-        else:
-            self.length = len(storage.columns[0]) if storage.columns else 0
-        self._columns: list[Any] | None = None if order is not None else storage.columns
+        self.order: np.ndarray = order
+        self.length = len(order)
+        self._columns: list[Any] | None = None
         self._build = _row_builder(self.names)
 
     @classmethod
@@ -159,8 +147,6 @@ class Rows:
 
     def indices(self, start: int, stop: int) -> np.ndarray:
         """Rows of ``storage`` at positions [start, stop)."""
-        if self.order is None:
-            return np.arange(start, stop, dtype=np.int64)
         result: np.ndarray = self.order[start:stop]
         return result
 

@@ -18,13 +18,28 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from .errors import SnapshotGoneError
+
+__all__ = [
+    "FilterIndex",
+    "Snapshot",
+    "build_filter_index",
+    "check_fork_safety",
+    "column_names",
+    "fragment_rows",
+    "is_integer_list",
+    "list_lengths",
+    "open_snapshot",
+    "open_table",
+    "protect",
+    "read_rows",
+    "release",
+    "tag_name",
+]
+
 _MAX_HANDLES = 8
 _HANDLES: dict[tuple[str, int, int], Any] = {}
 _lance_used_in_pid: int | None = None
-
-
-class SnapshotGoneError(ValueError):
-    """The Lance version a checkpoint pins no longer exists."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +93,14 @@ def _open_dataset(uri: str, version: int | None, storage_options: Mapping[str, s
             raise SnapshotGoneError(
                 f"version {version} of table {uri!r} no longer exists (it was cleaned up "
                 "or the table was recreated), so this checkpoint cannot be resumed "
-                "exactly; protect a version you may resume from with a Lance tag "
-                "(lance.dataset(uri).tags.create(name, version)) before cleaning up old versions"
+                "exactly; build datasets with tag_snapshot=True (or tag a version yourself: "
+                "lance.dataset(uri).tags.create(name, version)) to keep the versions you may "
+                "resume from when old versions are cleaned up"
             ) from None
         raise
 
 
-def resolve(
+def open_table(
     table: Any,
     *,
     version: int | None,

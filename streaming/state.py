@@ -16,6 +16,16 @@ from typing import Any
 
 from .errors import TableMovedWarning
 from .plan import PLAN_FORMAT
+from .progress import Anchor, SplitProgress
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PACKING_SETTINGS",
+    "StreamState",
+    "check_compatible",
+    "parse_state",
+    "plan_mismatches",
+]
 
 FORMAT_VERSION = 2
 """2 added ``packing``; version-1 states (no packing) are still read."""
@@ -128,8 +138,7 @@ class StreamState:
     block_rows: int
     window_rows: int
     clump_rows: int
-    samples: tuple[int, ...]
-    positions: tuple[int, ...]
+    progress: tuple[SplitProgress, ...]
     owned_splits: tuple[int, ...]
     uri: str
     version: int
@@ -138,8 +147,21 @@ class StreamState:
     plan_format: int = PLAN_FORMAT
     packing: tuple[int, int, int, int] | None = None
     """(pack_sequences, eos_id, pad_id, blocks_per_epoch), or None without packing."""
-    anchors: tuple[tuple[int, int, int], ...] | None = None
-    """Packing: each split's (blocks, document, offset) anchor."""
+
+    @classmethod
+    def from_dict(cls, state: object) -> StreamState:
+        """Validate plain data (see ``parse_state``) and return it as a ``StreamState``."""
+        return parse_state(state)
+
+    @property
+    def samples(self) -> tuple[int, ...]:
+        """Samples (or packed blocks) delivered, per split."""
+        return tuple(split.samples for split in self.progress)
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        """Plan positions passed, per split."""
+        return tuple(split.positions for split in self.progress)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the state as plain JSON-serialisable data."""
@@ -167,8 +189,8 @@ class StreamState:
     def _packing_dict(self) -> dict[str, Any] | None:
         if self.packing is None:
             return None
-        anchors = [list(anchor) for anchor in self.anchors or ()]
-        return {**dict(zip(PACKING_SETTINGS, self.packing)), "anchors": anchors}
+        anchors = [list(split.anchor or (0, 0, 0)) for split in self.progress]
+        return {**dict(zip(PACKING_SETTINGS, self.packing, strict=True)), "anchors": anchors}
 
 
 def _check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
@@ -211,6 +233,35 @@ def parse_state(state: object) -> StreamState:
     _check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
     packing, anchors = _parse_packing(state, num_splits)
+    _check_lengths(state, num_splits)
+    _check_counts(state, anchors, packing)
+    plan, table = state["plan"], state["table"]
+    return StreamState(
+        num_splits=num_splits,
+        shuffle=state["shuffle"],
+        shuffle_seed=state["shuffle_seed"],
+        epoch=state["epoch"],
+        block_rows=plan["block_rows"],
+        window_rows=plan["window_rows"],
+        clump_rows=plan["clump_rows"],
+        plan_format=plan["plan_format"],
+        progress=tuple(
+            SplitProgress(count, position, None if anchors is None else anchors[split])
+            for split, (count, position) in enumerate(
+                zip(state["samples_consumed_per_split"], state["positions_consumed_per_split"], strict=True)
+            )
+        ),
+        owned_splits=tuple(sorted(state["owned_splits"])),
+        uri=table["uri"],
+        version=table["version"],
+        filter=state["filter"],
+        columns=tuple(state["columns"]),
+        packing=packing,
+    )
+
+
+def _check_lengths(state: dict[str, Any], num_splits: int) -> None:
+    """One count and one position per split; owned splits distinct and in range."""
     for name in ("samples_consumed_per_split", "positions_consumed_per_split"):
         if len(state[name]) != num_splits:
             raise ValueError(
@@ -223,9 +274,14 @@ def parse_state(state: object) -> StreamState:
             f"state field 'owned_splits'={owned!r} must list distinct splits in "
             f"[0, {num_splits}); the checkpoint is damaged or was edited"
         )
-    for split, (count, position) in enumerate(
-        zip(state["samples_consumed_per_split"], state["positions_consumed_per_split"])
-    ):
+
+
+def _check_counts(
+    state: dict[str, Any], anchors: tuple[Anchor, ...] | None, packing: tuple[int, int, int, int] | None
+) -> None:
+    """Every position is at or past its count; every packing anchor at or behind it."""
+    counts = zip(state["samples_consumed_per_split"], state["positions_consumed_per_split"], strict=True)
+    for split, (count, position) in enumerate(counts):
         if anchors is not None and anchors[split][0] > count:
             raise ValueError(
                 f"state has packing.anchors[{split}]={list(anchors[split])} ahead of "
@@ -237,31 +293,11 @@ def parse_state(state: object) -> StreamState:
                 f"samples_consumed_per_split[{split}]={count}; a position is never "
                 "behind its count: the checkpoint is damaged or was edited"
             )
-    plan, table = state["plan"], state["table"]
-    return StreamState(
-        num_splits=num_splits,
-        shuffle=state["shuffle"],
-        shuffle_seed=state["shuffle_seed"],
-        epoch=state["epoch"],
-        block_rows=plan["block_rows"],
-        window_rows=plan["window_rows"],
-        clump_rows=plan["clump_rows"],
-        plan_format=plan["plan_format"],
-        samples=tuple(state["samples_consumed_per_split"]),
-        positions=tuple(state["positions_consumed_per_split"]),
-        owned_splits=tuple(sorted(owned)),
-        uri=table["uri"],
-        version=table["version"],
-        filter=state["filter"],
-        columns=tuple(state["columns"]),
-        packing=packing,
-        anchors=anchors,
-    )
 
 
 def _parse_packing(
     state: dict[str, Any], num_splits: int
-) -> tuple[tuple[int, int, int, int] | None, tuple[tuple[int, int, int], ...] | None]:
+) -> tuple[tuple[int, int, int, int] | None, tuple[Anchor, ...] | None]:
     """The packing settings and anchors of a state (none in format version 1)."""
     if state["format_version"] == 1:
         return None, None

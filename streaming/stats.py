@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+__all__ = ["FIELDS", "Counters", "timed", "total"]
+
 FIELDS = ("rows_read", "bytes_read", "read_seconds", "transform_seconds", "windows_read", "read_ahead")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+__all__ = ["draw_seed", "topology"]
+
 
 def topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """Fill in rank/world_size from an initialised process group, else 0/1."""

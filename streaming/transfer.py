@@ -36,6 +36,10 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from . import _compat
+
+__all__ = ["Channel", "Parcel", "Ring", "available", "receive", "release", "send"]
+
 _ALIGN = 64
 """Bytes each array's offset is rounded up to; also the size of the segment's header."""
 
@@ -142,7 +146,7 @@ class Ring:
             # Reserve the pages now: a full /dev/shm then fails here, not as a
             # SIGBUS on a later write.
             if reserve is not None:
-                reserve(memory._fd, 0, size)  # type: ignore[attr-defined]
+                reserve(_compat.shared_memory_fd(memory), 0, size)
         except OSError:
             memory.close()
             memory.unlink()

@@ -12,6 +12,8 @@ import pyarrow as pa
 
 from .errors import TransformErrorWarning
 
+__all__ = ["OnError", "TransformedRows"]
+
 OnError = str | Callable[[Exception], bool]
 """``"raise"``, ``"skip"``, ``"warn"`` or ``handler(exception) -> bool`` (True drops the row)."""
 

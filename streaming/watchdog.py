@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import threading
 
+__all__ = ["trainer_alive", "watch_trainer"]
+
 _POLL_SECONDS = 1.0
 _watched: set[int] = set()
 

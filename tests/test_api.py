@@ -65,3 +65,28 @@ def test_public_methods_are_documented():
     for name, member in inspect.getmembers(StreamingDataset):
         if not name.startswith("_") and callable(member):
             assert member.__doc__, name
+
+
+def test_every_internal_module_declares_its_names():
+    """Modules are internal unless re-exported; each says what it offers with __all__."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.walk_packages(streaming.__path__, "streaming."):
+        if module.name.rsplit(".", 1)[-1].startswith("_"):
+            continue
+        loaded = importlib.import_module(module.name)
+        assert hasattr(loaded, "__all__"), f"{module.name} has no __all__"
+        assert all(hasattr(loaded, name) for name in loaded.__all__), module.name
+
+
+def test_no_file_sends_readers_to_a_contract_the_repository_does_not_have():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    design = "DESIGN" + ".md"
+    for folder in ("streaming", "tests", "docs", "benchmarks", "notebooks", "scripts"):
+        for path in (root / folder).rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".md", ".ipynb", ".sh", ".yml", ".toml"}:
+                assert design not in path.read_text(errors="ignore"), f"{path} mentions {design}"
+    assert design not in (root / "README.md").read_text()

@@ -17,9 +17,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import locate
 
 from streaming import StreamingDataset
-from streaming.cli_plan import _fragments_of_split
+from streaming.cli.plan import _fragments_of_split
 from streaming.plan import EpochPlan, PlanSettings
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, take
@@ -180,13 +181,13 @@ def test_plan_shows_splits_fragments_and_topology(run):
     assert (
         "rank 1: splits 1, 3\n    worker 0: splits 1 (43 samples)\n    worker 1: splits 3 (43 samples)" in out
     )
-    plan = dataset(run["uri"])._plan
+    plan = dataset(run["uri"]).plan
     shown = {
         int(line.split(":")[0].split()[1]): {int(i) for i in line.split("fragments")[1].split(",")}
         for line in out.splitlines()
         if ": fragments " in line
     }
-    truth = {split: {plan.locate(split, position)[0] for position in range(43)} for split in range(4)}
+    truth = {split: {locate(plan, split, position)[0] for position in range(43)} for split in range(4)}
     assert shown == truth
 
 
@@ -273,6 +274,6 @@ def test_fragments_of_split_match_the_plan(rows, shuffle, seed, data):
     )
     plan = EpochPlan(list(range(100, 100 + len(rows))), rows, settings_)
     for split in range(num_splits):
-        truth = {plan.locate(split, position)[0] for position in range(plan.split_length)}
+        truth = {locate(plan, split, position)[0] for position in range(plan.split_length)}
         found = _fragments_of_split(plan, split)
         assert sorted(found) == sorted(truth), f"split {split} of {num_splits}, rows {rows}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -86,21 +87,27 @@ def test_seed_none_draws_a_recorded_seed(small_uri):
     assert first.state_dict()["shuffle_seed"] == first.shuffle_seed
 
 
-def test_set_epoch_rules(small_uri):
-    """G8: same epoch is a no-op (also while iterating); another restarts counts."""
+def test_set_epoch_rules(small_uri, caplog):
+    """G8: same epoch is a no-op (also while iterating); another closes a suspended
+    iterator, logs what was left and restarts counts."""
     data = dataset(small_uri, num_splits=2)
     iterator = iter(data)
     first = [int(next(iterator)["id"]) for _ in range(4)]
     data.set_epoch(0)
     assert data.state_dict()["samples_consumed_per_split"] == [2, 2]
-    with pytest.raises(RuntimeError, match="iterator of this dataset is active"):
+    assert [int(next(iterator)["id"]) for _ in range(2)] == ids_of(dataset(small_uri, num_splits=2))[4:6]
+    with caplog.at_level(logging.INFO, logger="streaming"):
         data.set_epoch(1)
-    rest = ids_of(iterator)
-    assert sorted(first + rest) == sorted(ids_of(dataset(small_uri, num_splits=2)))
-    data.set_epoch(1)
+    left = 2 * data.split_length - 6
+    assert (
+        f"leaves epoch 0 of rank 0 with {left} of {2 * data.split_length} samples undelivered" in caplog.text
+    )
+    with pytest.raises(RuntimeError, match=r"closed by set_epoch\(1\)"):
+        next(iterator)
     assert data.epoch == 1 and len(data) == 2 * data.split_length
     assert data.state_dict()["samples_consumed_per_split"] == [0, 0]
     assert ids_of(data) == ids_of(dataset(small_uri, num_splits=2, epoch=1))
+    assert first == ids_of(dataset(small_uri, num_splits=2))[:4]
 
 
 def test_finished_epoch_yields_nothing_and_warns(small_uri):
@@ -124,11 +131,13 @@ def test_len_follows_the_committed_position(small_uri):
 
 
 def test_new_iterator_continues_and_closes_the_old_one(small_uri):
+    """G13 with num_workers=0: the superseded iterator raises, nothing is delivered twice."""
     data = dataset(small_uri, num_splits=2)
     old = iter(data)
     head = [int(next(old)["id"]) for _ in range(6)]
     rest = ids_of(data)
-    assert list(old) == [], "a superseded iterator must not yield"
+    with pytest.raises(RuntimeError, match=r"closed by a new iterator \(iter\(dataset\)\)"):
+        next(old)
     assert head + rest == ids_of(dataset(small_uri, num_splits=2))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import lightning
@@ -247,3 +248,85 @@ def test_lightning_resumes_mid_epoch_exactly(uri, workers, epochs, saved, crash,
     trained = sorted(i for batch in crashed.seen[:saved] + resumed.seen for i in batch)
     planned = sorted(i for epoch in range(epochs) for i in ids_of(dataset(uri, epoch=epoch)))
     assert trained == planned, "some planned rows were trained twice or never"
+
+
+# -- Lightning loops that leave epochs early, re-iterate and validate --------------
+
+
+def plain_trainer(root: Path, **kwargs) -> lightning.Trainer:
+    kwargs.setdefault("logger", False)
+    return lightning.Trainer(
+        accelerator="cpu",
+        devices=1,
+        default_root_dir=root,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_limit_train_batches_over_three_epochs(uri, workers, tmp_path):
+    """Every epoch is left early after 5 batches; each starts its own plan from the top."""
+    model = Model(uri, workers)
+    plain_trainer(tmp_path, max_epochs=3, limit_train_batches=5, enable_checkpointing=False).fit(model)
+    assert len(model.seen) == 15
+    for epoch in range(3):
+        reference = uninterrupted_epoch(uri, workers, epoch)
+        assert model.seen[5 * epoch : 5 * epoch + 5] == reference[:5], f"epoch {epoch}"
+
+
+def uninterrupted_epoch(uri: str, workers: int, epoch: int) -> list[list[int]]:
+    run = loader(uri, workers)
+    run.set_epoch(epoch)
+    return batch_ids(run)
+
+
+def test_lightning_resumes_from_a_step_between_worker_boundaries(uri, tmp_path):
+    """k = 2, checkpoint at step 3: the state replays one batch and len() says so."""
+    reference = uninterrupted(uri, 2)
+    every = lightning.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}"
+    )
+    crashed = Model(uri, 2)
+    with pytest.raises(Crash):
+        trainer(tmp_path, 1, [every, CrashAfter(5)]).fit(crashed)
+    resumed = Model(uri, 2)
+    trainer(tmp_path, 1, []).fit(resumed, ckpt_path=tmp_path / "step=3.ckpt")
+    assert resumed.seen == reference[2:], "the batch after the last boundary comes again, then the rest"
+    trained = Counter(i for batch in crashed.seen[:3] + resumed.seen for i in batch)
+    replayed = Counter(reference[2])
+    assert trained - replayed == Counter(ids_of(dataset(uri))), "nothing lost, only the replayed batch twice"
+
+
+class Validated(Model):
+    """Model plus an evaluation loader; records every validation pass."""
+
+    def __init__(self, uri: str, workers: int) -> None:
+        super().__init__(uri, workers)
+        evaluation = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False, evaluation=True)
+        self.val_loader = StreamingDataLoader(
+            evaluation, batch_size=BATCH, num_workers=workers, timeout=120 if workers else 0
+        )
+        self.passes: list[list[int]] = []
+
+    def val_dataloader(self) -> StreamingDataLoader:
+        return self.val_loader
+
+    def on_validation_epoch_start(self) -> None:
+        self.passes.append([])
+
+    def validation_step(self, batch, batch_idx):
+        self.passes[-1] += batch["id"].tolist()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_validation_loader_with_val_check_interval(uri, workers, tmp_path):
+    """A sanity check (2 batches), then a full pass every 5 training steps."""
+    model = Validated(uri, workers)
+    plain_trainer(tmp_path, max_epochs=1, val_check_interval=5, enable_checkpointing=False).fit(model)
+    every_row = sorted(ids_of(StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False)))
+    assert len(model.passes[0]) == 2 * BATCH, "the sanity check"
+    assert len(model.passes) == 1 + 3, "passes after steps 5, 10 and 15"
+    for index, seen in enumerate(model.passes[1:], start=1):
+        assert sorted(seen) == every_row, f"validation pass {index}"

@@ -67,13 +67,6 @@ def test_rows_gather_each_order_of_a_chunked_table():
     assert windows[0].storage is windows[1].storage, "one conversion shared by the windows of a read"
 
 
-def test_rows_from_columns_keeps_the_old_constructor():
-    window = Rows(["a", "b"], [np.arange(4), ["w", "x", "y", "z"]])
-    assert len(window) == 4 and window.names == ["a", "b"]
-    assert [row["b"] for row in window.samples(1, 3)] == ["x", "y"]
-    assert window.columns[0][1:3].tolist() == [1, 2]
-
-
 @pytest.mark.parametrize("filtered", [False, True])
 def test_parallel_takes_read_what_serial_takes_read(tmp_path, monkeypatch, filtered):
     uri = make_table(tmp_path / "t.lance", [300, 7, 260], deleted=[3, 4, 5, 301, 400])

@@ -112,7 +112,9 @@ def test_load_during_iteration_is_refused(small_uri, saved):
     data = dataset(small_uri)
     iterator = iter(data)
     next(iterator)
-    with pytest.raises(RuntimeError, match="cannot load_state_dict while an iterator"):
+    with pytest.raises(
+        RuntimeError, match=r"cannot load_state_dict while iter\(dataset\) has not finished and is still held"
+    ):
         data.load_state_dict(saved)
     iterator.close()
     data.load_state_dict(saved)
@@ -174,6 +176,9 @@ def test_other_uri_only_warns(tmp_path):
         warnings.simplefilter("ignore", TableMovedWarning)
         state_two = copy_.state_dict()
         assert state_two["samples_consumed_per_split"] == [2, 2]
+    moved = {**json_roundtrip(first.state_dict()), "table": {**state_two["table"]}}
+    with pytest.warns(TableMovedWarning, match=r"merging them as copies of one table"):
+        StreamingDataset.merge_state_dicts([json_roundtrip(first.state_dict()), moved])
 
 
 # ---- the pure validator and merge, without Lance ---------------------------------

@@ -224,7 +224,7 @@ def test_a_fork_server_the_user_chose_is_left_alone(uri, preload_list):
 
 
 def test_nothing_in_the_preload_list_imports_lance():
-    """The fork server must never load Lance: its children could hang (see DESIGN.md)."""
+    """The fork server must never load Lance: its children could hang (docs/workers.md)."""
     import subprocess
     import sys
 
@@ -257,7 +257,7 @@ def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypa
     delivered = [next(iterator)["id"].tolist() for _ in range(3)]
     with pytest.raises(KeyboardInterrupt):
         next(iterator)
-    assert not iterator.active, "the failed iterator is closed"
+    assert not iterator.live, "the failed iterator is closed"
     state = first.state_dict()  # the last step boundary the trainer received
     monkeypatch.setattr(transfer, "receive", real_receive)
     resumed = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .cli_common import FAILURES, ints, one_line, print_listing, storage_options
-from .cli_states import read_state
+from ._common import FAILURES, ints, one_line, print_listing, storage_options
+from ._states import read_state
+
+__all__ = ["run"]
 
 _BAR_WIDTH = 20
 
@@ -34,7 +36,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     packed = state.get("packing") is not None
     lines = [
         _split_line(split, count, position, length, split in owned, packed=packed)
-        for split, (count, position) in enumerate(zip(samples, state["positions_consumed_per_split"]))
+        for split, (count, position) in enumerate(
+            zip(samples, state["positions_consumed_per_split"], strict=True)
+        )
     ]
     print_listing(lines, show_all=args.all)
     return 0
@@ -42,7 +46,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int | None, str]:
     """L of the snapshot the state pins, found by loading the state; else why not."""
-    from .dataset import StreamingDataset
+    from ..dataset import StreamingDataset
 
     plan, options = state["plan"], storage_options(args.storage_option)  # a bad option fails
     try:
@@ -75,7 +79,7 @@ def _packing_keywords(state: dict[str, Any]) -> dict[str, Any]:
     packing = state.get("packing")
     if packing is None:
         return {}
-    from .state import PACKING_SETTINGS
+    from ..state import PACKING_SETTINGS
 
     return {name: packing[name] for name in PACKING_SETTINGS}
 

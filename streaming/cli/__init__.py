@@ -13,12 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_inspect, cli_merge, cli_plan, cli_run
-from .cli_common import FAILURES, one_line
+from ._common import FAILURES, one_line
+from .inspect import run as run_inspect
+from .merge import run as run_merge
+from .plan import run as run_plan
+from .run import run_bench, run_demo, run_demo_step
 
-# The parser and the exit codes live here; each command lives in its own module:
-# cli_inspect, cli_merge, cli_plan, cli_run (demo, bench), reading states in
-# cli_states and what they share in cli_common.
+__all__ = ["main"]
+
+# The parser and the exit codes live here; each command lives in its own module of
+# this package: inspect, merge, plan, run (demo, bench), reading states in _states
+# and what they share in _common.
 
 # -- the parser ------------------------------------------------------------------
 
@@ -36,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run the benchmarks (python -m benchmarks.bench) from a source checkout",
         description="Every argument is passed on to python -m benchmarks.bench.",
     )
-    bench.set_defaults(run=cli_run.run_bench)
+    bench.set_defaults(run=run_bench)
     return parser
 
 
@@ -48,7 +53,7 @@ def _add_demo(commands: Any) -> None:
     demo.add_argument("--step", choices=["build", "train", "resume"], help=argparse.SUPPRESS)
     demo.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     demo.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    demo.set_defaults(run=cli_run.run_demo)
+    demo.set_defaults(run=run_demo)
 
 
 def _add_state_options(command: argparse.ArgumentParser) -> None:
@@ -81,7 +86,7 @@ def _add_inspect(commands: Any) -> None:
     )
     _add_storage_option(inspect)
     inspect.add_argument("--all", action="store_true", help="list every split, however many")
-    inspect.set_defaults(run=cli_inspect.run)
+    inspect.set_defaults(run=run_inspect)
 
 
 def _add_merge(commands: Any) -> None:
@@ -95,7 +100,7 @@ def _add_merge(commands: Any) -> None:
     merge.add_argument(
         "--allow-lag", action="store_true", help="accept ranks that stopped at different steps"
     )
-    merge.set_defaults(run=cli_merge.run)
+    merge.set_defaults(run=run_merge)
 
 
 def _add_plan(commands: Any) -> None:
@@ -113,7 +118,7 @@ def _add_plan(commands: Any) -> None:
     plan.add_argument("--no-shuffle", action="store_true", help="storage order")
     _add_storage_option(plan)
     plan.add_argument("--all", action="store_true", help="list every split and rank, however many")
-    plan.set_defaults(run=cli_plan.run)
+    plan.set_defaults(run=run_plan)
 
 
 # -- entry point -----------------------------------------------------------------
@@ -126,13 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "bench":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "demo" and args.step is not None:
-        return cli_run.run_demo_step(args)  # a rank process of the demo: tracebacks kept for debugging
-    run: Callable[[argparse.Namespace, list[str]], int] = args.run
+        return run_demo_step(args)  # a rank process of the demo: tracebacks kept for debugging
+    command: Callable[[argparse.Namespace, list[str]], int] = args.run
     failure: BaseException | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            code = run(args, extra)
+            code = command(args, extra)
         except FAILURES as error:
             code, failure = 1, error
     _report_warnings(caught)
@@ -143,12 +148,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
     """Print our own warnings as one line each; drop library noise."""
-    from .errors import StreamingWarning
+    from ..errors import StreamingWarning
 
     for message in caught:
         if issubclass(message.category, StreamingWarning):
             print(f"lance-streaming: warning: {one_line(Exception(message.message))}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

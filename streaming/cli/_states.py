@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+__all__ = ["read_state"]
+
 _STATE_KEYS = ("format_version", "samples_consumed_per_split")
 _MAX_DEPTH = 8  # how deep in nested dicts a state is looked for
 
@@ -24,7 +26,7 @@ def read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], s
     Returns the state and where it was found in the file (``None``: the file is the
     state). Raises ``ValueError`` for a file without exactly one usable state.
     """
-    from .state import parse_state
+    from ..state import parse_state
 
     container = _load_file(path)
     where = key if key is not None else _locate_state(container, path)

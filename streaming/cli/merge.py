@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_states import read_state
+from ._states import read_state
+
+__all__ = ["run"]
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Merge the states of every rank of a run into one JSON state."""
-    from .dataset import StreamingDataset
-    from .distributed import save_state_dict
+    from ..dataset import StreamingDataset
+    from ..distributed import save_state_dict
 
     states = [read_state(path, key=args.key)[0] for path in args.states]
     merged = StreamingDataset.merge_state_dicts(states, allow_lag=args.allow_lag)

@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+__all__ = ["run_bench", "run_demo", "run_demo_step"]
+
 
 def run_demo(args: argparse.Namespace, extra: list[str]) -> int:
     """Run the whole demo (build, train on W ranks, resume on W' ranks, verify)."""
-    from . import demo
+    from .. import demo
 
     ok = demo.run(workdir=args.workdir, world_size=args.world_size, resume_world_size=args.resume_world_size)
     return 0 if ok else 1
@@ -18,7 +20,7 @@ def run_demo(args: argparse.Namespace, extra: list[str]) -> int:
 
 def run_demo_step(args: argparse.Namespace) -> int:
     """One step of the demo in its own process (started by ``demo.run``)."""
-    from . import demo
+    from .. import demo
 
     if args.step == "build":
         demo.build(args.workdir)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+__all__ = ["FAILURES", "count", "ints", "one_line", "print_listing", "storage_options"]
+
 FAILURES = (ValueError, OSError, RuntimeError, TypeError)  # one line on stderr, exit 1
 LISTED = 32  # lines of a per-split or per-rank listing before "use --all"
 

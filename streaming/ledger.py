@@ -1,0 +1,78 @@
+"""The committed progress of one dataset object: its cursor, where the run started, the last boundary. Pure.
+
+A *run* starts at construction, ``set_epoch`` or ``load_state_dict``. A *logical
+step boundary* is a moment at which every owned split that has not run out has
+advanced by the same number of samples since the run started: the only moments
+whose counts resume correctly on another topology, and what
+``StreamingDataLoader.state_dict`` returns between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .progress import Cursor, SplitProgress
+
+__all__ = ["Ledger"]
+
+
+class Ledger:
+    """Progress of every split as committed in this process, with the run's start.
+
+    ``total`` is what each split holds in the epoch (rows, or packed blocks with
+    ``by_samples``); a split has run out when its positions (its samples, for
+    blocks) reach it.
+    """
+
+    def __init__(
+        self, owned: Sequence[int], progress: Sequence[SplitProgress], *, total: int, by_samples: bool
+    ):
+        self.owned = tuple(owned)
+        self.restart(progress, total=total, by_samples=by_samples)
+
+    def restart(self, progress: Sequence[SplitProgress], *, total: int, by_samples: bool) -> None:
+        """Start a run at ``progress``."""
+        self.cursor = Cursor(progress)
+        self.boundary: tuple[SplitProgress, ...] = tuple(progress)
+        self.total, self.by_samples = total, by_samples
+
+    def remaining(self) -> list[int]:
+        """Samples (or blocks) each split has left in this epoch."""
+        counts = self.cursor.samples if self.by_samples else self.cursor.positions
+        return [self.total - count for count in counts]
+
+    def at_boundary(self, progress: Sequence[SplitProgress]) -> bool:
+        """True when every unfinished owned split advanced equally since the run started."""
+        remaining = self.remaining()
+        start = self.cursor.start
+        advances = {
+            progress[split].samples - start[split].samples for split in self.owned if remaining[split] > 0
+        }
+        return len(advances) <= 1
+
+    def commit(self, updates: Mapping[int, SplitProgress]) -> None:
+        """Adopt a worker's progress for its splits; remember it if it is a boundary."""
+        self.cursor.apply(updates)
+        progress = self.cursor.progress()
+        if self.at_boundary(progress):
+            self.boundary = progress
+
+    def lockstep(self, progress: Sequence[SplitProgress], *, split_length: int) -> tuple[SplitProgress, ...]:
+        """``progress`` with every split of other ranks where lockstep training puts it.
+
+        Other ranks' splits advance by the smallest advance of the owned splits since
+        the run started, capped at the split's total; their positions follow (rows
+        only: a packed split's position is its anchor's document).
+        """
+        start = self.cursor.start
+        advance = min(progress[split].samples - start[split].samples for split in self.owned)
+        result = list(progress)
+        for split, begun in enumerate(start):
+            if split in self.owned:
+                continue
+            samples = min(self.total, begun.samples + advance)
+            positions = begun.positions
+            if not self.by_samples:
+                positions = max(samples, min(split_length, positions + advance))
+            result[split] = SplitProgress(samples, positions, begun.anchor)
+        return tuple(result)

@@ -1,0 +1,188 @@
+"""One live iterator per dataset: how iterators end, and who may end them.
+
+Every iterator of a dataset (its own ``iter()``, or a ``StreamingDataLoader``'s) is
+a ``Guarded`` iterator held, weakly, in the dataset's ``LiveSlot``. Making a new
+one, ``set_epoch`` to another epoch, or ``load_state_dict`` deals with the one in
+the slot; an iterator the caller dropped, closed or ran to the end is not in it
+any more. The rules, and why:
+
+- A new iterator *supersedes* the live one: the old one is closed at once (its
+  undelivered read-ahead is discarded, never counted) and a later ``next()`` on it
+  raises ``RuntimeError`` naming the call that superseded it. Two iterators
+  advancing one position would deliver samples twice, and an old iterator that
+  silently stopped would look like the end of the epoch.
+- ``set_epoch(other)`` closes the live iterator the same way and moves on: leaving
+  an epoch early (``break``, a step limit) is normal training.
+- ``load_state_dict`` refuses while an iterator is live and still held: it would
+  keep delivering from the position the state replaces.
+- A call that would race a ``next()`` running right now (from another thread, or
+  from inside the iterator) raises ``RuntimeError``: closing a running iterator
+  cannot be done safely.
+
+Pure Python: no torch, no Lance.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from collections.abc import Generator, Iterator
+from typing import Any
+
+__all__ = ["Guarded", "LiveSlot", "Samples"]
+
+
+class Guarded(Iterator[Any]):
+    """An iterator its dataset can close from outside; a later ``next()`` says who did.
+
+    Subclasses implement ``_advance`` (the next item) and ``_release`` (free what
+    the iterator holds: threads, worker processes, shared memory).
+    """
+
+    def __init__(self, description: str) -> None:
+        self.description = description
+        self._closed_by: str | None = None  # the call that closed it from outside
+        self._failure: str | None = None  # the exception that ended it
+        self._ended = False  # exhausted, failed, or closed by any means
+        self._busy = False  # inside next() right now
+
+    @property
+    def busy(self) -> bool:
+        """True while a ``next()`` of this iterator is running."""
+        return self._busy
+
+    @property
+    def live(self) -> bool:
+        """True until the iterator is exhausted, fails or is closed."""
+        return not self._ended
+
+    def __iter__(self) -> Guarded:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            self._explain_end()
+        self._busy = True
+        try:
+            return self._advance()
+        except StopIteration:
+            self._end()
+            raise
+        except BaseException as error:
+            self._fail(error)
+            raise
+        finally:
+            self._busy = False
+
+    def _fail(self, error: BaseException) -> None:
+        self._failure = type(error).__name__
+        self._end()
+
+    def _explain_end(self) -> None:
+        if self._closed_by is not None:
+            raise RuntimeError(
+                f"this iterator ({self.description}) was closed by {self._closed_by}, so it yields "
+                "nothing more; its undelivered samples were never counted. Use the iterator "
+                "that replaced it, or call iter() again to continue from the committed position"
+            )
+        if self._failure is not None:
+            raise RuntimeError(
+                f"this iterator ({self.description}) stopped when {self._failure} was raised in it; "
+                "call iter() again to continue from the committed position"
+            )
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop now and free threads, workers and memory; a later ``next()`` stops."""
+        self._end()
+
+    def close_from_outside(self, reason: str) -> None:
+        """Stop now because of ``reason`` (a call such as ``set_epoch(1)``); a later
+        ``next()`` raises ``RuntimeError`` naming it."""
+        if not self._ended:
+            self._closed_by = reason
+        self._end()
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._release()
+
+    def _advance(self) -> Any:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+
+class Samples(Guarded):
+    """A dataset's own iterator: a generator of samples (or batches) behind the guard.
+
+    Called once per sample, so it asks the generator whether it is running instead
+    of keeping a flag of its own.
+    """
+
+    def __init__(self, generator: Generator[Any, None, None], description: str) -> None:
+        super().__init__(description)
+        self._generator = generator
+
+    @property
+    def busy(self) -> bool:
+        """True while the generator runs (Python tracks it)."""
+        return inspect.getgeneratorstate(self._generator) == inspect.GEN_RUNNING
+
+    def __next__(self) -> Any:
+        if self._ended:
+            self._explain_end()
+        try:
+            return next(self._generator)
+        except StopIteration:
+            self._end()
+            raise
+        except BaseException as error:
+            self._fail(error)
+            raise
+
+    def _release(self) -> None:
+        self._generator.close()  # folds the completed cycles into the cursor
+
+
+class LiveSlot:
+    """The one live iterator of a dataset, held weakly so a dropped one never blocks."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref[Guarded] | None = None
+
+    def current(self) -> Guarded | None:
+        """The live iterator, or ``None`` when there is none (or it ended, or was dropped)."""
+        iterator = self._ref() if self._ref is not None else None
+        return iterator if iterator is not None and iterator.live else None
+
+    def hold(self, iterator: Guarded) -> None:
+        """Make ``iterator`` the live one (call ``close_live`` first)."""
+        self._ref = weakref.ref(iterator)
+
+    def refuse_race(self, action: str) -> None:
+        """Raise if ``action`` would race a ``next()`` that is running now."""
+        iterator = self.current()
+        if iterator is not None and iterator.busy:
+            raise RuntimeError(
+                f"cannot {action} while next() of {iterator.description} is running (in another "
+                "thread, or from inside the iterator); call it between batches"
+            )
+
+    def close_live(self, reason: str, *, anything_left: bool = True) -> Guarded | None:
+        """Close the live iterator because of ``reason``; return it (``None``: there was none).
+
+        Without ``anything_left`` (it had delivered everything) its later ``next()``
+        just stops, as it would have anyway.
+        """
+        self.refuse_race(reason)
+        iterator = self.current()
+        if iterator is not None:
+            if anything_left:
+                iterator.close_from_outside(reason)
+            else:
+                iterator.close()
+        self._ref = None
+        return iterator

@@ -1,0 +1,261 @@
+"""``PositionedDataset``: a snapshot, its plan and the committed position in it; the state methods.
+
+The half of ``StreamingDataset`` that owns the state: it creates the view and the
+ledger in its constructor, and ``state_dict``, ``load_state_dict`` and
+``merge_state_dicts`` live here, next to them. Construction from user settings and
+iteration live in ``dataset.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from . import source
+from .ledger import Ledger
+from .lifecycle import LiveSlot
+from .merge import merge_states
+from .options import Options
+from .plan import EpochPlan
+from .progress import SplitProgress, fresh
+from .state import StreamState, check_compatible
+from .view import TableView, open_view
+from .worker import WorkerReport
+
+__all__ = ["PositionedDataset"]
+
+
+class PositionedDataset:
+    """Where one rank stands in one snapshot's plan, and its checkpoints."""
+
+    def __init__(self, options: Options, view: TableView, rank_splits: Sequence[int], *, tag_snapshot: bool):
+        self._options = options
+        self._view = view
+        self._rank_splits = list(rank_splits)
+        self._tag_snapshot = tag_snapshot
+        if tag_snapshot:
+            source.protect(view.snapshot)
+        self._live = LiveSlot()  # the one live iterator of this object
+        self._shipped = False  # pickled for the worker processes of a plain DataLoader
+        self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
+        packed = view.packing is not None
+        self._ledger = Ledger(
+            self._rank_splits,
+            fresh(options.num_splits, packing=packed),
+            total=view.split_total(options.num_splits),
+            by_samples=packed,
+        )
+
+    def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
+        """Start a run at ``progress`` (default: the start of the epoch)."""
+        packed = self._view.packing is not None
+        self._ledger.restart(
+            progress or fresh(self.num_splits, packing=packed),
+            total=self._view.split_total(self.num_splits),
+            by_samples=packed,
+        )
+
+    # -- public properties ------------------------------------------------------
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._view.epoch
+
+    @property
+    def num_splits(self) -> int:
+        """S, the number of splits."""
+        return self._options.num_splits
+
+    @property
+    def shuffle_seed(self) -> int:
+        """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
+        return self._options.shuffle_seed
+
+    @property
+    def split_length(self) -> int:
+        """L, the rows of every split in this epoch."""
+        return self._view.plan.split_length
+
+    @property
+    def plan(self) -> EpochPlan:
+        """This epoch's plan (``streaming.plan.EpochPlan``): which row sits at each position."""
+        return self._view.plan
+
+    @property
+    def rank(self) -> int:
+        """This dataset's rank."""
+        return self._options.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._options.world_size
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns read, resolved against the snapshot."""
+        return list(self._view.columns)
+
+    @property
+    def table_uri(self) -> str:
+        """URI of the table (never includes credentials)."""
+        return self._view.snapshot.uri
+
+    @property
+    def version(self) -> int:
+        """The Lance version read."""
+        return self._view.snapshot.version
+
+    @property
+    def evaluation(self) -> bool:
+        """True for a dataset built for evaluation passes (restarts at every ``iter()``)."""
+        return self._options.evaluation
+
+    def owned_splits(self) -> list[int]:
+        """Splits of this rank: rank, rank + world_size, ..."""
+        return list(self._rank_splits)
+
+    def __len__(self) -> int:
+        """Samples (or packed blocks) the next iterator of this rank will yield."""
+        remaining = self._remaining()
+        return sum(remaining[split] for split in self._rank_splits)
+
+    def _remaining(self, *, whole: bool = False) -> list[int]:
+        """Samples (or blocks) each split has left in this epoch (``whole``: all of it)."""
+        if whole or self._options.evaluation:
+            return [self._view.split_total(self.num_splits)] * self.num_splits
+        return self._ledger.remaining()
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last completed cycle, as plain JSON data.
+
+        Owned splits carry their exact counts; every other split carries where it
+        stands if all ranks advance in lockstep, so one rank's state resumes a
+        synchronous job on the same topology. Never contains credentials.
+
+        Raises:
+            RuntimeError: an evaluation dataset; a dataset whose samples went to the
+                workers of a plain DataLoader; between logical step boundaries of
+                DataLoader workers ("consume more batches").
+        """
+        self._refuse_evaluation("state_dict")
+        if self._shipped:
+            raise RuntimeError(
+                "this dataset was sent to the worker processes of a plain DataLoader, whose "
+                "progress never reaches this process, so its state would be wrong; iterate it "
+                "with streaming.StreamingDataLoader, which commits each batch as it is returned"
+            )
+        progress = self._ledger.cursor.progress()
+        if not self._ledger.at_boundary(progress):
+            raise RuntimeError(
+                "the splits of this rank have advanced unequally since this run started: the "
+                "state is between logical steps of the DataLoader workers; consume more batches "
+                "(one from every worker) and call state_dict() again, or use "
+                "StreamingDataLoader.state_dict(), which returns the last logical step boundary"
+            )
+        return self._state_of(progress)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
+
+        The whole state is validated first; a refused state leaves the dataset as
+        it was.
+
+        Raises:
+            ValueError: malformed state, unknown format, peer checkpoint, or any plan
+                input that differs from this dataset's (the message names the
+                field, both values and the fix).
+            SnapshotGoneError: the pinned version no longer exists.
+            RuntimeError: an evaluation dataset, or an iterator of this dataset has
+                not finished and is still held (close it or drop it first).
+        """
+        self._refuse_evaluation("load_state_dict")
+        self._refuse_live("load_state_dict")
+        saved = StreamState.from_dict(state)
+        pinned = self._view.snapshot.at_version(saved.version)
+        handle = source.open_snapshot(pinned, fresh=True)
+        view = open_view(pinned, handle, self._options, epoch=saved.epoch)
+        check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
+        self._view = view  # validated: swap the new view in
+        self._restart(saved.progress)
+        self._shipped = False
+        if self._tag_snapshot:
+            source.protect(view.snapshot)
+
+    def release_snapshot(self) -> bool:
+        """Remove the tag that protects this dataset's version (see ``tag_snapshot``).
+
+        Returns False when the version had no such tag. After this, cleaning up old
+        versions may delete it, and states that pin it can no longer be resumed.
+        """
+        return source.release(self._view.snapshot)
+
+    @staticmethod
+    def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
+        """Merge every old rank's state into the one state every new rank loads.
+
+        Each split's count comes from the state that owns it. Refuses states of
+        different plans, snapshots or epochs, owners that disagree, and (unless
+        ``allow_lag=True``, which accepts ranks of unequal remaining length) owned
+        counts that differ between states.
+        """
+        return merge_states(states, allow_lag=allow_lag)
+
+    def _refuse_evaluation(self, action: str) -> None:
+        if self._options.evaluation:
+            raise RuntimeError(
+                f"cannot {action}: this dataset was built with evaluation=True, so every iter() "
+                "restarts at position 0 of its epoch and it keeps no resumable position; "
+                "checkpoint the training dataset instead"
+            )
+
+    def _refuse_live(self, action: str) -> None:
+        self._live.refuse_race(action)
+        live = self._live.current()
+        if live is not None:
+            raise RuntimeError(
+                f"cannot {action} while {live.description} has not finished and is still held: it "
+                "would go on delivering from the position this call replaces; call its close() "
+                "(or drop every reference to it) first"
+            )
+
+    def _state_of(self, progress: Sequence[SplitProgress]) -> dict[str, Any]:
+        """The state dict for boundary ``progress``: splits of other ranks in lockstep."""
+        lockstep = self._ledger.lockstep(progress, split_length=self._view.plan.split_length)
+        return self._describe(self._view, lockstep).to_dict()
+
+    def _describe(self, view: TableView, progress: Sequence[SplitProgress]) -> StreamState:
+        settings, packing = view.plan.settings, view.packing
+        return StreamState(
+            num_splits=self.num_splits,
+            shuffle=self._options.shuffle,
+            shuffle_seed=self.shuffle_seed,
+            epoch=view.epoch,
+            block_rows=settings.block_rows,
+            window_rows=settings.window_rows,
+            clump_rows=settings.clump_rows,
+            progress=tuple(progress),
+            owned_splits=tuple(self._rank_splits),
+            uri=view.snapshot.uri,
+            version=view.snapshot.version,
+            filter=self._options.filter,
+            columns=view.columns,
+            packing=None if packing is None else dataclasses.astuple(packing),
+        )
+
+    # -- hooks for StreamingDataLoader (not public API) -------------------------
+
+    def _commit(self, report: WorkerReport) -> None:
+        """Adopt a worker's report: its batch was handed to the trainer."""
+        self._ledger.commit(report.progress)
+        self._worker_counters[(report.pid, report.worker)] = report.counters
+        self._worker_counters[(report.pid, report.worker)] = report.counters
+
+    def _boundary_state(self) -> dict[str, Any]:
+        """The state at the last logical step boundary of the loader's workers."""
+        self._refuse_evaluation("state_dict")
+        return self._state_of(self._ledger.boundary)

@@ -1,0 +1,129 @@
+"""What a dataset reads: one snapshot, its columns, filter, plan and packing, as one frozen value.
+
+A ``TableView`` is built whole or not at all, so a dataset that switches snapshot
+(``load_state_dict``) or epoch (``set_epoch``) swaps one value in on success and
+keeps the old one when anything fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import source
+from .assemble import iterate_batches
+from .iterate import iterate_cycles
+from .options import Options
+from .packing import Packing, iterate_blocks, packing_for
+from .plan import EpochPlan, PlanSettings, window_rows_for
+from .progress import Cursor
+from .reader import WindowSource
+from .stats import Counters
+
+__all__ = ["TableView", "open_view", "plan_settings"]
+
+
+def plan_settings(options: Options, epoch: int) -> PlanSettings:
+    """The order-defining settings of ``epoch``."""
+    return PlanSettings(
+        num_splits=options.num_splits,
+        shuffle=options.shuffle,
+        seed=options.shuffle_seed,
+        epoch=epoch,
+        block_rows=options.block_rows,
+        window_rows=window_rows_for(
+            shuffle_buffer_size=options.shuffle_buffer_size,
+            num_splits=options.num_splits,
+            block_rows=options.block_rows,
+        ),
+        clump_rows=options.clump_rows,
+    )
+
+
+@dataclass(frozen=True)
+class TableView:
+    """One snapshot as a dataset reads it in one epoch."""
+
+    snapshot: source.Snapshot
+    columns: tuple[str, ...]
+    filter_index: source.FilterIndex | None
+    fragment_ids: tuple[int, ...]
+    fragment_rows: tuple[int, ...]
+    plan: EpochPlan
+    packing: Packing | None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the plan is for."""
+        return self.plan.settings.epoch
+
+    def for_epoch(self, options: Options, epoch: int) -> TableView:
+        """The same snapshot planned for another epoch."""
+        plan = EpochPlan(self.fragment_ids, self.fragment_rows, plan_settings(options, epoch))
+        return dataclasses.replace(self, plan=plan)
+
+    def split_total(self, num_splits: int) -> int:
+        """Samples (or packed blocks) every split holds in this epoch."""
+        if self.packing is not None:
+            return self.packing.split_blocks(num_splits)
+        return self.plan.split_length
+
+    def stream(
+        self,
+        options: Options,
+        splits: Sequence[int],
+        cursor: Cursor,
+        *,
+        counters: Counters,
+        batch_rows: int,
+    ) -> Generator[Any, None, None]:
+        """Samples (or packed blocks, or columnar batches of ``batch_rows``) of ``splits``."""
+        windows = WindowSource(
+            snapshot=self.snapshot,
+            plan=self.plan,
+            columns=self.columns,
+            filter_index=self.filter_index,
+            transform=options.transform,
+            on_error=options.on_transform_error,
+            batch_rows=options.read_batch_size,
+            counters=counters,
+        )
+        threads = options.io_queue_depth
+        if self.packing is not None:
+            return iterate_blocks(windows, splits, cursor, io_threads=threads, packing=self.packing)
+        if batch_rows:
+            return iterate_batches(windows, splits, cursor, io_threads=threads, batch_size=batch_rows)
+        return iterate_cycles(windows, splits, cursor, io_threads=threads)
+
+
+def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
+    available = source.column_names(handle)
+    if wanted is None:
+        return tuple(available)
+    unknown = [name for name in wanted if name not in available]
+    if unknown:
+        raise ValueError(
+            f"columns={list(wanted)!r} names {unknown!r}, which version "
+            f"{handle.version} of the table does not have; choose from {available!r}"
+        )
+    return tuple(wanted)
+
+
+def open_view(snapshot: source.Snapshot, handle: Any, options: Options, *, epoch: int) -> TableView:
+    """Resolve columns, filter, plan and packing of ``snapshot`` for ``epoch``.
+
+    Raises:
+        ValueError: an unknown column, a bad filter, too few rows for the splits,
+            or packing settings the table cannot take.
+    """
+    columns = _columns(handle, options.columns)
+    filter_index = source.build_filter_index(handle, options.filter) if options.filter else None
+    ids, rows = source.fragment_rows(handle)
+    if filter_index is not None:
+        matching = dict(zip(filter_index.ids.tolist(), filter_index.counts(), strict=True))
+        rows = [matching.get(fragment_id, 0) for fragment_id in ids]
+    plan = EpochPlan(ids, rows, plan_settings(options, epoch))
+    packing = packing_for(options, handle, columns, plan.split_length * options.num_splits)
+    return TableView(snapshot, columns, filter_index, tuple(ids), tuple(rows), plan, packing)

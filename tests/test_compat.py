@@ -1,0 +1,84 @@
+"""Every private torch / stdlib hook of ``streaming._compat``, against the installed versions.
+
+A torch or Python upgrade that removes or changes one of them fails here, by name.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import pickle
+from multiprocessing import shared_memory
+
+import pytest
+from torch.utils.data import DataLoader, IterableDataset
+
+from streaming import _compat
+
+_SEEN: list[bool] = []
+
+
+class Probe:
+    """Records, as it is pickled, whether multiprocessing is starting a child with it."""
+
+    def __getstate__(self) -> dict:
+        _SEEN.append(_compat.pickling_for_child_process())
+        return {}
+
+
+def do_nothing(probe: Probe) -> None:
+    """A child process target."""
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_pickling_for_a_child_process_is_told_apart_from_a_users_pickle(method):
+    _SEEN.clear()
+    pickle.dumps(Probe())
+    process = multiprocessing.get_context(method).Process(target=do_nothing, args=(Probe(),))
+    process.start()
+    process.join(timeout=60)
+    assert process.exitcode == 0
+    assert _SEEN == [False, True], "get_spawning_popen() no longer marks a child-process pickle"
+
+
+class Numbers(IterableDataset):
+    def __iter__(self):
+        return iter(range(1000))
+
+
+def test_shutdown_workers_stops_a_dataloaders_worker_processes():
+    loader = DataLoader(Numbers(), batch_size=2, num_workers=2, multiprocessing_context="forkserver")
+    iterator = iter(loader)
+    next(iterator)
+    workers = _compat.worker_processes(iterator)
+    assert len(workers) == 2 and all(worker.is_alive() for worker in workers), "_workers changed"
+    _compat.shutdown_workers(iterator)
+    for worker in workers:
+        worker.join(timeout=30)
+        assert not worker.is_alive(), "_shutdown_workers() left a worker running"
+    _compat.shutdown_workers(iter(DataLoader(Numbers())))  # single-process: nothing to stop
+
+
+def test_forkserver_preload_keeps_the_list_and_adds_modules():
+    server = multiprocessing.forkserver._forkserver
+    assert hasattr(server, "_preload_modules"), "the fork server's preload list moved"
+    context = multiprocessing.get_context("forkserver")
+    before = list(server._preload_modules)
+    _compat.forkserver_preload(context, ("json",))
+    assert server._preload_modules[: len(before)] == before
+    assert "json" in server._preload_modules
+
+
+def test_pin_memory_walks_nested_batches():
+    batch = {"text": ["a", "b"], "pair": ("x", {"y": "z"})}
+    assert _compat.pin_memory(batch, None) == batch
+
+
+def test_shared_memory_fd_is_the_segments_descriptor():
+    memory = shared_memory.SharedMemory(create=True, size=4096)
+    try:
+        assert os.fstat(_compat.shared_memory_fd(memory)).st_size >= 4096
+    finally:
+        memory.close()
+        memory.unlink()

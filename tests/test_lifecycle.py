@@ -1,0 +1,240 @@
+"""Real training loops (G8, G13, G14): break, re-iterate, step limits, two iterators, env.
+
+Every loop here is written the way a user writes it, against real worker processes
+started with the loader's default method (forkserver) and with spawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from streaming import StreamingDataLoader, StreamingDataset
+
+from helpers import ids_of, json_roundtrip, make_table
+
+NUM_SPLITS = 4
+BATCH = 8
+CONTEXTS = [None, "spawn"]  # None: the loader's default, forkserver
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """202 live rows: L = 50, two surplus rows; 25 batches of 8 with k=0, 26 with k=2."""
+    return make_table(tmp_path_factory.mktemp("lifecycle") / "t.lance", [70, 64, 70], deleted=[3, 90])
+
+
+def dataset(uri: str, **kwargs) -> StreamingDataset:
+    kwargs.setdefault("num_splits", NUM_SPLITS)
+    kwargs.setdefault("shuffle_seed", 11)
+    kwargs.setdefault("block_rows", 4)
+    kwargs.setdefault("shuffle_buffer_size", 64)
+    return StreamingDataset(uri, **kwargs)
+
+
+def loader(data: StreamingDataset, workers: int, context=None, **kwargs) -> StreamingDataLoader:
+    kwargs.setdefault("batch_size", BATCH)
+    if workers:
+        kwargs.setdefault("timeout", 120)
+        kwargs["multiprocessing_context"] = context
+    return StreamingDataLoader(data, num_workers=workers, **kwargs)
+
+
+def ids(batch) -> list[int]:
+    return batch["id"].tolist()
+
+
+def planned(uri: str, epoch: int = 0) -> Counter:
+    return Counter(ids_of(dataset(uri, epoch=epoch)))
+
+
+def whole_epoch(uri: str, workers: int, epoch: int = 0) -> list[list[int]]:
+    """The batches of an uninterrupted epoch."""
+    return [ids(batch) for batch in loader(dataset(uri, epoch=epoch), workers)]
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_break_then_set_epoch_moves_on_and_the_earlier_state_resumes(uri, workers, context):
+    data = dataset(uri)
+    batches = loader(data, workers, context)
+    seen, state = [], None
+    for step, batch in enumerate(batches):
+        seen.append(ids(batch))
+        if step == 3:
+            state = json_roundtrip(batches.state_dict())  # a boundary for k = 2 too
+        if step == 4:
+            break
+    batches.set_epoch(1)  # no RuntimeError: leaving an epoch early is normal
+    assert Counter(i for batch in batches for i in ids(batch)) == planned(uri, 1), "epoch 1 in full"
+    assert sum(state["samples_consumed_per_split"]) == 4 * BATCH
+    resumed = dataset(uri)
+    resumed.load_state_dict(state)
+    rest = [i for batch in loader(resumed, workers, context) for i in ids(batch)]
+    delivered = Counter([i for batch in seen[:4] for i in batch] + rest)
+    assert delivered == planned(uri), "the state taken before the break resumes exactly"
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_second_iterator_supersedes_the_first(uri, workers, context):
+    data = dataset(uri)
+    batches = loader(data, workers, context)
+    first = iter(batches)
+    received = [ids(next(first)) for _ in range(3)]
+    second = iter(batches)  # a probe loop, or a framework re-iterating
+    with pytest.raises(RuntimeError, match=r"closed by a new iterator \(iter\(loader\)\)"):
+        next(first)
+    assert data.stats()["rows_delivered"] == 3 * BATCH, "the state counts what the consumer received"
+    received += [ids(batch) for batch in second]
+    delivered = Counter(i for batch in received for i in batch)
+    assert delivered == planned(uri), "no sample twice, none lost"
+    assert data.state_dict()["samples_consumed_per_split"] == [data.split_length] * NUM_SPLITS
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterating_the_dataset_supersedes_a_loader_iterator(uri, workers):
+    data = dataset(uri)
+    old = iter(loader(data, workers))
+    head = [i for _ in range(2) for i in ids(next(old))]
+    rest = ids_of(data)  # a probe with the dataset itself
+    with pytest.raises(RuntimeError, match="closed by a new iterator"):
+        next(old)
+    assert Counter(head + rest) == planned(uri)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_step_limited_loop_and_a_new_for_continue_from_the_committed_position(uri, workers):
+    """``max_steps`` stops mid-epoch (an odd step: between boundaries for k = 2)."""
+    batches = loader(dataset(uri), workers)
+    received, max_steps = [], 5
+    for step, batch in enumerate(batches):
+        received.append(ids(batch))
+        if step + 1 == max_steps:
+            break
+    assert len(batches) == len(whole_epoch(uri, workers)) - max_steps
+    received += [ids(batch) for batch in batches]  # the next `for` continues
+    assert Counter(i for batch in received for i in batch) == planned(uri)
+    if workers == 0:
+        assert received == whole_epoch(uri, 0), "the same batches as one uninterrupted loop"
+
+
+def test_ctrl_c_in_the_loop_keeps_what_was_delivered(uri):
+    """A KeyboardInterrupt raised inside next() ends that iterator loudly; iter() continues."""
+
+    class Interrupt:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, batch: pa.RecordBatch):
+            self.calls += 1
+            if self.calls == 7:  # in the read-ahead of the second windows
+                raise KeyboardInterrupt
+            return batch.to_pylist()
+
+    data = dataset(uri, transform=Interrupt(), read_batch_size=64)
+    iterator = iter(data)
+    head = [int(next(iterator)["id"])]
+    with pytest.raises(KeyboardInterrupt):
+        while True:
+            head.append(int(next(iterator)["id"]))
+    with pytest.raises(RuntimeError, match="stopped when KeyboardInterrupt was raised in it"):
+        next(iterator)
+    committed = sum(data.state_dict()["samples_consumed_per_split"])
+    assert committed <= len(head) < committed + NUM_SPLITS, "only a partial cycle is replayed"
+    assert Counter(head[:committed] + ids_of(data)) == planned(uri)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_evaluation_datasets_restart_on_every_iter(uri, workers):
+    data = dataset(uri, evaluation=True, shuffle=False)
+    batches = loader(data, workers)
+    partial = iter(batches)
+    next(partial)  # a sanity check that looks at one batch
+    every_row = Counter(ids_of(dataset(uri, shuffle=False)))
+    for _ in range(2):
+        assert Counter(i for batch in batches for i in ids(batch)) == every_row
+    assert len(data) == NUM_SPLITS * data.split_length
+    with pytest.raises(RuntimeError, match="evaluation=True"):
+        data.state_dict()
+    with pytest.raises(RuntimeError, match="evaluation=True"):
+        batches.state_dict()
+    with pytest.raises(RuntimeError, match="evaluation=True"):
+        data.load_state_dict(dataset(uri, shuffle=False).state_dict())
+
+
+def test_batch_size_none_yields_samples_like_a_plain_dataloader(uri):
+    ours = list(loader(dataset(uri), 0, batch_size=None))
+    plain = list(DataLoader(dataset(uri), batch_size=None))
+    assert len(ours) == len(plain) == NUM_SPLITS * dataset(uri).split_length
+    for mine, theirs in zip(ours[:20], plain[:20], strict=True):
+        assert mine.keys() == theirs.keys()
+        assert torch.equal(mine["id"], theirs["id"]) and mine["text"] == theirs["text"]
+    with_workers = list(loader(dataset(uri), 2, batch_size=None))
+    assert Counter(int(sample["id"]) for sample in with_workers) == planned(uri)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 0}, "batch_size to be a positive integer, or None to yield single samples, got 0"),
+        ({"batch_size": -3}, "batch_size .* got -3"),
+        ({"batch_size": 2.5}, "batch_size .* got 2.5"),
+        ({"num_workers": -1}, "num_workers to be a non-negative integer, got -1"),
+        ({"num_workers": 2, "prefetch_factor": 0}, "prefetch_factor to be a positive integer or None, got 0"),
+        ({"timeout": -1}, "timeout to be a non-negative number, got -1"),
+    ],
+)
+def test_invalid_loader_arguments_are_refused_at_construction(uri, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        StreamingDataLoader(dataset(uri), **kwargs)
+
+
+def flag_transform(batch: pa.RecordBatch):
+    """Each sample carries the worker's LANCE_STREAMING_TEST_FLAG."""
+    flag = os.environ.get("LANCE_STREAMING_TEST_FLAG", "unset")
+    return [{"id": row["id"], "flag": flag} for row in batch.to_pylist()]
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_workers_see_the_environment_of_the_moment_the_iterator_starts(uri, context, monkeypatch):
+    data = dataset(uri, transform=flag_transform, columns=["id"])
+    batches = loader(data, 2, context)
+    monkeypatch.delenv("LANCE_STREAMING_TEST_FLAG", raising=False)
+    first = iter(batches)
+    assert set(next(first)["flag"]) == {"unset"}  # the fork server starts here
+    monkeypatch.setenv("LANCE_STREAMING_TEST_FLAG", "set later")
+    later = iter(batches)
+    assert set(next(later)["flag"]) == {"set later"}
+
+
+def test_set_epoch_from_inside_next_is_refused(uri):
+    """The one real race: closing an iterator while its next() runs."""
+    holder: dict[str, StreamingDataset] = {}
+
+    def transform(batch: pa.RecordBatch):
+        holder["data"].set_epoch(1)
+        return batch.to_pylist()
+
+    data = dataset(uri, transform=transform)
+    holder["data"] = data
+    with pytest.raises(
+        RuntimeError, match=r"cannot set_epoch\(1\) while next\(\) of iter\(dataset\) is running"
+    ):
+        next(iter(data))
+
+
+def test_set_epoch_logs_how_much_was_left(uri, caplog):
+    data = dataset(uri)
+    iterator = iter(loader(data, 0))
+    next(iterator)
+    with caplog.at_level(logging.INFO, logger="streaming"):
+        data.set_epoch(1)
+    total = NUM_SPLITS * data.split_length
+    assert f"with {total - BATCH} of {total} samples undelivered (closed iter(loader))" in caplog.text
