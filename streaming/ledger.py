@@ -42,13 +42,27 @@ class Ledger:
         return [self.total - count for count in counts]
 
     def at_boundary(self, progress: Sequence[SplitProgress]) -> bool:
-        """True when every unfinished owned split advanced equally since the run started."""
+        """True when every owned split advanced equally since the run started.
+
+        A split that has run out counts as keeping up when it stopped at or below
+        the common advance of the others (it started ahead, after a lagged merge);
+        one that ran out *ahead* of them (a worker's last batch came first) does not,
+        or the counts would mix ends with lower values and no other topology could
+        resume them with equal ranks.
+        """
         remaining = self.remaining()
+        advances = self._advances(progress)
+        running = {advance for split, advance in advances.items() if remaining[split] > 0}
+        if len(running) > 1:
+            return False
+        if not running:
+            return True
+        (common,) = running
+        return all(advance <= common for advance in advances.values())
+
+    def _advances(self, progress: Sequence[SplitProgress]) -> dict[int, int]:
         start = self.cursor.start
-        advances = {
-            progress[split].samples - start[split].samples for split in self.owned if remaining[split] > 0
-        }
-        return len(advances) <= 1
+        return {split: progress[split].samples - start[split].samples for split in self.owned}
 
     def commit(self, updates: Mapping[int, SplitProgress]) -> None:
         """Adopt a worker's progress for its splits; remember it if it is a boundary."""
@@ -60,12 +74,13 @@ class Ledger:
     def lockstep(self, progress: Sequence[SplitProgress], *, split_length: int) -> tuple[SplitProgress, ...]:
         """``progress`` with every split of other ranks where lockstep training puts it.
 
-        Other ranks' splits advance by the smallest advance of the owned splits since
-        the run started, capped at the split's total; their positions follow (rows
-        only: a packed split's position is its anchor's document).
+        Call it with boundary progress. Other ranks' splits advance by the owned
+        splits' common advance since the run started, capped at the split's total;
+        their positions follow (rows only: a packed split's position is its
+        anchor's document).
         """
         start = self.cursor.start
-        advance = min(progress[split].samples - start[split].samples for split in self.owned)
+        advance = max(self._advances(progress).values())  # at a boundary: the common advance
         result = list(progress)
         for split, begun in enumerate(start):
             if split in self.owned:

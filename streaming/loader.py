@@ -304,17 +304,21 @@ class StreamingDataLoader(DataLoader[Any]):
     def replay_allowance(self) -> int:
         """Most batches a resume from ``state_dict()`` delivers again.
 
-        k - 1 batches after the last logical step boundary of k workers, plus one
-        when a batch is not a whole number of cycles of a worker's splits (its
-        partial cycle is replayed too). ``len_counts="epoch"`` adds this to the
-        epoch, so a framework that stops after ``len()`` batches (Lightning) never
-        stops before the replayed batches are through; it then ends at the
-        iterator's end instead.
+        With w = max(1, num_workers) iterators each owning m splits and a batch of
+        b samples, the state counts completed cycles at the last logical step
+        boundary, so a resume delivers again at most (w - 1) * b + w * (m - 1)
+        samples: the batches of the other workers since the boundary, and each
+        worker's incomplete cycle (none when b is a multiple of m). That is at most
+        w - 1 + ceil(w * (m - 1) / b) batches (w - 1 when b is a multiple of m),
+        the value returned. ``len_counts="epoch"`` adds it to the epoch, so a
+        framework that stops after ``len()`` batches (Lightning) never stops before
+        the replayed batches are through; it then ends at the iterator's end instead.
         """
         workers = max(1, self.num_workers)
-        splits = len(self._streaming.owned_splits()) // workers
-        partial = 1 if (self.batch_size or 1) % splits else 0
-        return workers - 1 + partial
+        per_worker = len(self._streaming.owned_splits()) // workers
+        batch = self.batch_size or 1
+        partial = workers * (per_worker - 1) if batch % per_worker else 0
+        return workers - 1 + -(-partial // batch)
 
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:
         """The dataset state at the last logical step boundary (or now, with ``strict``).

@@ -162,3 +162,21 @@ def test_gather_state_dict_needs_a_process_group(uri):
     assert not dist.is_initialized()
     with pytest.raises(RuntimeError, match=r"initialised torch\.distributed process group"):
         gather_state_dict(StreamingDataset(uri, num_splits=NUM_SPLITS))
+
+
+def test_gather_at_every_step_including_the_last_round_resumes_with_equal_ranks(uri, tmp_path):
+    """k=3 workers and a batch that ends no cycle: in the last round the workers finish
+    one by one, and gather_state_dict must still merge (it used to refuse)."""
+    first = tmp_path / "first"
+    launch(uri, first, 2, workers=3, batch=7, checkpoint_every=1, stop_after=23, seed=9)
+    checkpoint = json.loads((first / "checkpoint.json").read_text())
+    assert checkpoint["step"] == 23, "a checkpoint at every step, the last in the epoch's last round"
+    before = Counter(ids(delivered(first)))
+    second = tmp_path / "resumed"
+    launch(uri, second, 3, workers=1, batch=5, resume=first / "checkpoint.json")
+    steps = Counter(record["step"] for record in delivered(second))
+    assert set(steps.values()) == {3}, "every one of the 3 new ranks takes every step"
+    total = before + Counter(ids(delivered(second)))
+    assert not planned(uri, 9) - total, "samples lost"
+    replayed = sum((total - planned(uri, 9)).values())
+    assert replayed <= (3 - 1) * 7 + 3 * (2 - 1), f"{replayed} samples replayed, over the bound"

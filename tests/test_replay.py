@@ -1,0 +1,91 @@
+"""Loader states at every step: accepted by merge, equal ranks anywhere, replay within the bound.
+
+With w = max(1, num_workers) iterators of m splits each and a batch of b samples, a
+state from ``loader.state_dict()`` replays at most (w - 1) * b + w * (m - 1) samples
+(no w * (m - 1) term when b is a multiple of m): docs/workers.md. Batch sizes here do
+not divide L, so the last round of every epoch is uneven between workers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from streaming import StreamingDataLoader, StreamingDataset
+
+from helpers import ids_of, make_table
+
+NUM_SPLITS = 12
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """305 live rows: L = 25 for 12 splits, five surplus rows."""
+    return make_table(tmp_path_factory.mktemp("replay") / "t.lance", [100, 105, 100])
+
+
+def dataset(uri: str, **kwargs) -> StreamingDataset:
+    return StreamingDataset(
+        uri, num_splits=NUM_SPLITS, shuffle_seed=4, block_rows=4, shuffle_buffer_size=96, **kwargs
+    )
+
+
+def every_step(uri: str, workers: int, batch: int) -> tuple[list[list[int]], list[dict]]:
+    """The batches of one epoch and ``loader.state_dict()`` after each of them."""
+    run = StreamingDataLoader(
+        dataset(uri), batch_size=batch, num_workers=workers, timeout=120 if workers else 0
+    )
+    batches, states = [], []
+    for item in run:
+        batches.append(item["id"].tolist())
+        states.append(run.state_dict())
+    return batches, states
+
+
+@pytest.mark.parametrize(("workers", "batch"), [(0, 7), (2, 7), (3, 7), (4, 5), (2, 12)])
+def test_every_state_merges_keeps_ranks_equal_and_replays_within_the_bound(uri, workers, batch):
+    batches, states = every_step(uri, workers, batch)
+    w = max(1, workers)
+    m = NUM_SPLITS // w
+    bound = (w - 1) * batch + (w * (m - 1) if batch % m else 0)
+    planned = Counter(ids_of(dataset(uri)))
+    delivered = 0
+    for step, (got, state) in enumerate(zip(batches, states, strict=True)):
+        delivered += len(got)
+        replay = delivered - sum(state["samples_consumed_per_split"])
+        assert 0 <= replay <= bound, f"step {step}: {replay} samples would come again, bound {bound}"
+        merged = StreamingDataset.merge_state_dicts([state])  # never refuses the loader's own state
+        for world_size in (2, 3, 4):
+            lengths = []
+            for rank in range(world_size):
+                resumed = dataset(uri, rank=rank, world_size=world_size)
+                resumed.load_state_dict(merged)
+                lengths.append(len(resumed))
+            assert len(set(lengths)) == 1, f"step {step}: ranks of {world_size} get {lengths}"
+        if step % 9 == 4 or step == len(batches) - 1:
+            resumed = dataset(uri)
+            resumed.load_state_dict(merged)
+            rest = ids_of(resumed) if len(resumed) else []  # a finished epoch would warn
+            again = Counter(i for batch_ids in batches[: step + 1] for i in batch_ids) + Counter(rest)
+            assert not planned - again, f"step {step}: samples lost"
+            assert sum((again - planned).values()) == replay, f"step {step}: more than the replay repeated"
+
+
+@pytest.mark.parametrize(("workers", "batch"), [(0, 7), (2, 7), (3, 7), (2, 12)])
+def test_len_counts_epoch_covers_the_largest_replay(uri, workers, batch):
+    """What Lightning relies on: after running ``step + 1`` batches and resuming, it
+    asks len() - (step + 1) more, which must cover what the loader still yields."""
+    _, states = every_step(uri, workers, batch)
+    for step, state in enumerate(states):
+        lightning_view = _loaded(uri, state, batch=batch, workers=workers, len_counts="epoch")
+        really = _loaded(uri, state, batch=batch, workers=workers)  # len(): what it yields
+        assert len(lightning_view) - (step + 1) >= len(really), f"step {step}: Lightning would stop early"
+
+
+def _loaded(
+    uri: str, state: dict, *, batch: int, workers: int, len_counts: str = "remaining"
+) -> StreamingDataLoader:
+    data = dataset(uri)
+    data.load_state_dict(state)
+    return StreamingDataLoader(data, batch_size=batch, num_workers=workers, len_counts=len_counts)
