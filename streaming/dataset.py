@@ -277,7 +277,8 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         elif len(self) == 0:
             warnings.warn(
                 f"epoch {self.epoch} was already fully delivered, so this iterator yields "
-                f"nothing; call set_epoch({self.epoch + 1}) to move on",
+                f"nothing; call set_epoch({self.epoch + 1}) to move on (a validation loader, "
+                "iterated once per check, wants StreamingDataset(..., evaluation=True))",
                 EpochCompleteWarning,
                 stacklevel=4,
             )
