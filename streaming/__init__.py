@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         SnapshotGoneError,
         StreamingWarning,
         TableMovedWarning,
+        TransformContractError,
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
@@ -31,6 +32,7 @@ __all__ = [
     "StreamingDataset",
     "StreamingWarning",
     "TableMovedWarning",
+    "TransformContractError",
     "TransformErrorWarning",
     "UnownedSplitsWarning",
     "gather_state_dict",
@@ -48,6 +50,7 @@ _HOMES = {
     "StreamingDataset": ".dataset",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
+    "TransformContractError": ".errors",
     "TransformErrorWarning": ".errors",
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,6 +22,7 @@ from .options import (
     DEFAULT_SHUFFLE_BUFFER_SIZE,
     Options,
     as_epoch,
+    check_handle_options,
     check_options,
 )
 from .plan import rank_splits, worker_splits
@@ -151,13 +153,20 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         evaluation: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
-        if shuffle_seed is None and isinstance(world_size, int):
+        check_handle_options(
+            {
+                "storage_options": storage_options,
+                "tag_snapshot": tag_snapshot,
+                "connection_factory": connection_factory,
+            }
+        )
+        if shuffle_seed is None and isinstance(world_size, numbers.Integral):
             shuffle_seed = draw_seed(world_size)
         settings = dict(locals())
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits
         options = check_options(values)
-        owned = rank_splits(options.num_splits, rank=rank, world_size=world_size)
+        owned = rank_splits(options.num_splits, rank=options.rank, world_size=options.world_size)
         snapshot, handle = source.open_table(
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )

@@ -60,5 +60,18 @@ def load_state_dict(obj: _Stateful, state: dict[str, Any] | str | os.PathLike[st
     Every rank of the new run, with any world size or worker count, loads the same
     merged state; each then continues with the splits it owns.
     """
-    loaded: dict[str, Any] = state if isinstance(state, dict) else json.loads(Path(state).read_text())
-    obj.load_state_dict(loaded)
+    obj.load_state_dict(state if isinstance(state, dict) else _read(Path(state)))
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A state file written by ``save_state_dict``; a damaged one is named in the error."""
+    try:
+        loaded = json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(
+            f"{path} is not a state written by save_state_dict: it is not valid JSON ({error}); "
+            "resume from an earlier checkpoint"
+        ) from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path} holds a JSON {type(loaded).__name__}, not a state dict")
+    return loaded

@@ -3,7 +3,8 @@
 Hierarchy::
 
     ValueError
-     └── SnapshotGoneError        the Lance version a checkpoint pins is gone
+     ├── SnapshotGoneError        the Lance version a checkpoint pins is gone
+     └── TransformContractError   a transform returned another number of samples than rows
     UserWarning
      └── StreamingWarning         base of every warning, so users can filter them all
           ├── EpochCompleteWarning
@@ -25,6 +26,7 @@ __all__ = [
     "SnapshotGoneError",
     "StreamingWarning",
     "TableMovedWarning",
+    "TransformContractError",
     "TransformErrorWarning",
     "UnownedSplitsWarning",
 ]
@@ -32,6 +34,13 @@ __all__ = [
 
 class SnapshotGoneError(ValueError):
     """The Lance version a checkpoint pins no longer exists (see ``tag_snapshot=True``)."""
+
+
+class TransformContractError(ValueError):
+    """A ``transform`` returned another number of samples than its batch had rows.
+
+    Never treated as a bad row by ``on_transform_error``: the transform itself is wrong.
+    """
 
 
 class StreamingWarning(UserWarning):

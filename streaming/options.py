@@ -6,10 +6,13 @@ in every state dict; the rest are I/O settings that never change the order.
 
 from __future__ import annotations
 
+import numbers
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -18,6 +21,7 @@ __all__ = [
     "DEFAULT_SHUFFLE_BUFFER_SIZE",
     "Options",
     "as_epoch",
+    "check_handle_options",
     "check_options",
 ]
 
@@ -28,7 +32,16 @@ DEFAULT_IO_QUEUE_DEPTH = 4
 
 
 def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    """An integer, Python's or numpy's (``numbers.Integral``), but not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _token(value: object) -> bool:
+    """A token id the packed output (int64) holds; negative ids such as -100 are common."""
+    return value is None or (_is_int(value) and _INT64[0] <= value <= _INT64[1])  # type: ignore[operator]
 
 
 def _positive(value: object) -> bool:
@@ -66,8 +79,8 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ),
     ("transform", lambda v: v is None or callable(v), "a callable or None"),
     ("pack_sequences", _optional_positive, "a positive integer (tokens per block) or None"),
-    ("eos_id", lambda v: v is None or _non_negative(v), "a non-negative token id or None"),
-    ("pad_id", lambda v: v is None or _non_negative(v), "a non-negative token id or None"),
+    ("eos_id", _token, "a token id (an integer that int64 holds) or None"),
+    ("pad_id", _token, "a token id (an integer that int64 holds, -100 for example) or None"),
     (
         "blocks_per_epoch",
         lambda v: v is None or v == "auto" or _positive(v),
@@ -82,9 +95,15 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     (
         "columns",
         lambda v: (
-            v is None or (isinstance(v, (list, tuple)) and len(v) > 0 and all(isinstance(c, str) for c in v))
+            v is None
+            or (
+                isinstance(v, (list, tuple))
+                and len(v) > 0
+                and all(isinstance(c, str) for c in v)
+                and len(set(v)) == len(v)
+            )
         ),
-        "a non-empty list of column names or None",
+        "a non-empty list of distinct column names or None",
     ),
 )
 
@@ -148,6 +167,29 @@ def _check_packing(values: dict[str, Any]) -> None:
         )
 
 
+_HANDLE_CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    (
+        "storage_options",
+        lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
+        "a dict of object-store options (str keys) or None",
+    ),
+    ("tag_snapshot", lambda v: isinstance(v, bool), "True or False"),
+    ("connection_factory", lambda v: v is None or callable(v), "a callable factory(table_name) or None"),
+)
+
+
+def check_handle_options(values: dict[str, Any]) -> None:
+    """Check the settings that say how to open the table (never recorded in a state).
+
+    Raises:
+        ValueError: one has the wrong type; the message never shows option values,
+            which may be credentials.
+    """
+    for name, check, expected in _HANDLE_CHECKS:
+        if not check(values[name]):
+            raise ValueError(f"{name} must be {expected}, got a {type(values[name]).__name__}")
+
+
 def as_epoch(epoch: object) -> int:
     """``epoch`` as an int (numpy integers too); ``ValueError`` unless a non-negative integer."""
     try:
@@ -168,6 +210,8 @@ def check_options(values: dict[str, Any]) -> Options:
     for name, check, expected in _CHECKS:
         if not check(values[name]):
             raise ValueError(f"{name} must be {expected}, got {values[name]!r}")
+        if _is_int(values[name]):
+            values[name] = int(values[name])  # numpy integers become plain ints (JSON states)
     if values["rank"] >= values["world_size"]:
         raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
     _check_packing(values)

@@ -156,6 +156,11 @@ class EpochPlan:
         self.bounds = np.concatenate([[0], np.cumsum([n for _, n in pairs], dtype=np.int64)])
         self.total_rows = int(self.bounds[-1])
         num_splits = settings.num_splits
+        if self.total_rows == 0:
+            raise ValueError(
+                "the table has no rows to plan: it is empty, or every row is deleted, or the "
+                "filter matches no live row; add rows or loosen the filter"
+            )
         if self.total_rows < num_splits:
             raise ValueError(
                 f"the table has {self.total_rows} rows to plan but num_splits={num_splits}; "

@@ -89,8 +89,8 @@ _PLAN_FIELDS: tuple[tuple[str, Check, str], ...] = (
 )
 _PACKING_FIELDS: tuple[tuple[str, Check, str], ...] = (
     ("pack_sequences", _positive, "a positive integer"),
-    ("eos_id", _non_negative, "a non-negative integer"),
-    ("pad_id", _non_negative, "a non-negative integer"),
+    ("eos_id", _is_int, "an integer"),
+    ("pad_id", _is_int, "an integer"),
     ("blocks_per_epoch", _positive, "a positive integer"),
     (
         "anchors",
@@ -220,6 +220,7 @@ def parse_state(state: object) -> StreamState:
     """
     if isinstance(state, dict) and "format_version" not in state and "samples_consumed_per_split" in state:
         raise ValueError(_PEER_HINT)
+    _refuse_a_whole_checkpoint(state)
     version = state.get("format_version") if isinstance(state, dict) else None
     if _is_int(version) and version not in _READABLE:
         raise ValueError(
@@ -258,6 +259,18 @@ def parse_state(state: object) -> StreamState:
         columns=tuple(state["columns"]),
         packing=packing,
     )
+
+
+def _refuse_a_whole_checkpoint(state: object) -> None:
+    """A dict that holds a state under some key is a whole checkpoint: say which key."""
+    if not isinstance(state, dict) or "format_version" in state:
+        return
+    keys = [key for key, value in state.items() if isinstance(value, dict) and "format_version" in value]
+    if keys:
+        raise ValueError(
+            f"this is a whole checkpoint, not a state: the state is under {keys[0]!r}; pass "
+            f"checkpoint[{keys[0]!r}] (the dict that state_dict() returned)"
+        )
 
 
 def _check_lengths(state: dict[str, Any], num_splits: int) -> None:

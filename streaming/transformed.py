@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import TransformErrorWarning
+from .errors import TransformContractError, TransformErrorWarning
 
 __all__ = ["OnError", "TransformedRows"]
 
@@ -41,7 +41,7 @@ class TransformedRows:
         for batch in ordered.to_batches(max_chunksize=batch_rows):
             try:
                 self._samples.extend(_apply(transform, batch))
-            except _CountMismatch:
+            except TransformContractError:
                 raise
             except Exception:
                 if on_error == "raise":
@@ -55,7 +55,7 @@ class TransformedRows:
         for index in range(batch.num_rows):
             try:
                 self._samples.extend(_apply(transform, batch.slice(index, 1)))
-            except _CountMismatch:
+            except TransformContractError:
                 raise
             except Exception as error:
                 if callable(on_error) and not on_error(error):
@@ -90,14 +90,10 @@ class TransformedRows:
         return [offset - start for offset in range(start, stop) if offset not in dropped]
 
 
-class _CountMismatch(ValueError):
-    """The transform broke its contract; never treated as a bad row."""
-
-
 def _apply(transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch) -> list[Any]:
     produced = list(transform(batch))
     if len(produced) != batch.num_rows:
-        raise _CountMismatch(
+        raise TransformContractError(
             f"transform {_qualname(transform)} returned {len(produced)} samples for "
             f"a batch of {batch.num_rows} rows; it must return exactly one sample "
             "per row (filter rows with the filter= argument instead)"

@@ -49,9 +49,8 @@ def packed(uri: str, *, blocks: int | str = 80, num_splits: int = 4, **kwargs) -
         columns=["tokens"],
         pack_sequences=N,
         eos_id=EOS,
-        pad_id=PAD,
         blocks_per_epoch=blocks,
-        **kwargs,
+        **{"pad_id": PAD, **kwargs},
     )
 
 
@@ -154,10 +153,13 @@ def test_worker_processes_give_the_same_blocks(uri):
     assert loader_blocks(loader, [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 11]]) == reference
 
 
-def test_resume_from_every_block_position_is_exact(uri):
-    full = blocks_of(packed(uri, blocks=24))
+@pytest.mark.parametrize("pad", [PAD, -100, np.int64(-1)])
+def test_resume_from_every_block_position_is_exact(uri, pad):
+    """Also with the negative pad ids training code uses (-100 is ignored by the loss)."""
+    full = blocks_of(packed(uri, blocks=72, pad_id=pad))
+    assert any(int(pad) in ids for ids, _ in full), "the budget must pad some split"
     for prefix in range(len(full) + 1):
-        first = packed(uri, blocks=24)
+        first = packed(uri, blocks=72, pad_id=pad)
         iterator = iter(first)
         got = [next(iterator) for _ in range(prefix)]
         state = json_roundtrip(first.state_dict())
@@ -165,7 +167,7 @@ def test_resume_from_every_block_position_is_exact(uri):
         committed = sum(state["samples_consumed_per_split"])
         assert prefix - 4 < committed <= prefix
         assert blocks_of(got) == full[:prefix]
-        resumed = packed(uri, blocks=24)
+        resumed = packed(uri, blocks=72, pad_id=pad)
         resumed.load_state_dict(state)
         assert len(resumed) == len(full) - committed
         if committed == len(full):
