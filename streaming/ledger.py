@@ -21,19 +21,19 @@ class Ledger:
 
     ``total`` is what each split holds in the epoch (rows, or packed blocks with
     ``by_samples``); a split has run out when its positions (its samples, for
-    blocks) reach it.
+    blocks) reach it. ``restart`` starts the first run.
     """
 
-    def __init__(
-        self, owned: Sequence[int], progress: Sequence[SplitProgress], *, total: int, by_samples: bool
-    ):
+    def __init__(self, owned: Sequence[int]) -> None:
         self.owned = tuple(owned)
-        self.restart(progress, total=total, by_samples=by_samples)
+        self.cursor = Cursor(())
+        self.boundary: tuple[SplitProgress, ...] = ()
+        self.total, self.by_samples = 0, False
 
     def restart(self, progress: Sequence[SplitProgress], *, total: int, by_samples: bool) -> None:
         """Start a run at ``progress``."""
         self.cursor = Cursor(progress)
-        self.boundary: tuple[SplitProgress, ...] = tuple(progress)
+        self.boundary = tuple(progress)
         self.total, self.by_samples = total, by_samples
 
     def remaining(self) -> list[int]:

@@ -35,8 +35,9 @@ __all__ = ["Guarded", "LiveSlot", "Samples"]
 class Guarded(Iterator[Any]):
     """An iterator its dataset can close from outside; a later ``next()`` says who did.
 
-    Subclasses implement ``_advance`` (the next item) and ``_release`` (free what
-    the iterator holds: threads, worker processes, shared memory).
+    Subclasses implement ``_advance`` (the next item), ``busy`` (whether a
+    ``next()`` runs right now) and ``_release`` (free what the iterator holds:
+    threads, worker processes, shared memory).
     """
 
     def __init__(self, description: str) -> None:
@@ -44,12 +45,11 @@ class Guarded(Iterator[Any]):
         self._closed_by: str | None = None  # the call that closed it from outside
         self._failure: str | None = None  # the exception that ended it
         self._ended = False  # exhausted, failed, or closed by any means
-        self._busy = False  # inside next() right now
 
     @property
     def busy(self) -> bool:
         """True while a ``next()`` of this iterator is running."""
-        return self._busy
+        raise NotImplementedError
 
     @property
     def live(self) -> bool:
@@ -62,7 +62,6 @@ class Guarded(Iterator[Any]):
     def __next__(self) -> Any:
         if self._ended:
             self._explain_end()
-        self._busy = True
         try:
             return self._advance()
         except StopIteration:
@@ -71,8 +70,6 @@ class Guarded(Iterator[Any]):
         except BaseException as error:
             self._fail(error)
             raise
-        finally:
-            self._busy = False
 
     def _fail(self, error: BaseException) -> None:
         self._failure = type(error).__name__
@@ -116,11 +113,7 @@ class Guarded(Iterator[Any]):
 
 
 class Samples(Guarded):
-    """A dataset's own iterator: a generator of samples (or batches) behind the guard.
-
-    Called once per sample, so it asks the generator whether it is running instead
-    of keeping a flag of its own.
-    """
+    """A dataset's own iterator: a generator of samples (or batches) behind the guard."""
 
     def __init__(self, generator: Generator[Any, None, None], description: str) -> None:
         super().__init__(description)
@@ -131,17 +124,8 @@ class Samples(Guarded):
         """True while the generator runs (Python tracks it)."""
         return inspect.getgeneratorstate(self._generator) == inspect.GEN_RUNNING
 
-    def __next__(self) -> Any:
-        if self._ended:
-            self._explain_end()
-        try:
-            return next(self._generator)
-        except StopIteration:
-            self._end()
-            raise
-        except BaseException as error:
-            self._fail(error)
-            raise
+    def _advance(self) -> Any:
+        return next(self._generator)
 
     def _release(self) -> None:
         self._generator.close()  # folds the completed cycles into the cursor

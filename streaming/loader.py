@@ -367,16 +367,26 @@ class _Committing(Guarded):
         self._loader = loader
         self._dataset = loader._streaming
         self._channel = channel
+        self._busy = False
         self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(self, _release, batches, channel, num_workers=loader.num_workers)
 
+    @property
+    def busy(self) -> bool:
+        """True while a ``next()`` of this iterator is running."""
+        return self._busy
+
     def _advance(self) -> Any:
-        item: WorkerBatch = next(self._batches)
-        batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
-        if item.report is not None:
-            self._dataset._commit(item.report)
-        return batch
+        self._busy = True
+        try:
+            item: WorkerBatch = next(self._batches)
+            batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
+            if item.report is not None:
+                self._dataset._commit(item.report)
+            return batch
+        finally:
+            self._busy = False
 
     def _release(self) -> None:
         if self.inner is not None:

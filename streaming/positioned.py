@@ -39,13 +39,8 @@ class PositionedDataset:
         self._live = LiveSlot()  # the one live iterator of this object
         self._shipped = False  # pickled for the worker processes of a plain DataLoader
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
-        packed = view.packing is not None
-        self._ledger = Ledger(
-            self._rank_splits,
-            fresh(options.num_splits, packing=packed),
-            total=view.split_total(options.num_splits),
-            by_samples=packed,
-        )
+        self._ledger = Ledger(self._rank_splits)
+        self._restart()
 
     def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
         """Start a run at ``progress`` (default: the start of the epoch)."""
