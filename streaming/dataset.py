@@ -177,7 +177,12 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         self._for_loader = False  # a StreamingDataLoader is starting its iterator
         self._loader_batch_rows = 0  # rows per columnar batch that loader wants (0: samples)
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
-        self._iterating: tuple[int, int, tuple[int, ...]] = (0, 1, ())  # worker, workers, splits
+        self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (
+            0,
+            (0, 1),
+            (),
+        )  # worker, group, splits
+        self._worker_order: tuple[int, ...] = ()  # split group of each worker the loader starts
 
     def __repr__(self) -> str:
         snapshot = self._view.snapshot
@@ -209,10 +214,13 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         worker, num_workers = self._worker()
         if get_worker_info() is None and not self._for_loader:  # the trainer's own process
             self._start_iteration("iter(dataset)")
+        elif get_worker_info() is not None and not self._for_loader:
+            self._start_in_a_plain_worker()
+        group = self._worker_order[worker] if len(self._worker_order) == num_workers else worker
         splits = self._rank_splits
         if num_workers > 1:
-            splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
-        self._iterating = (worker, num_workers, tuple(splits))
+            splits = worker_splits(splits, worker=group, num_workers=num_workers, world_size=self.world_size)
+        self._iterating = (worker, (group, num_workers), tuple(splits))
         stream = self._view.stream(
             self._options,
             splits,
@@ -299,22 +307,35 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         self._live.hold(iterator)
         return inner
 
+    def _start_in_a_plain_worker(self) -> None:
+        """A plain DataLoader's worker (its copy may persist between passes)."""
+        if self._options.evaluation:
+            self._restart()
+        elif len(self) == 0:
+            warnings.warn(
+                f"epoch {self.epoch} was already fully delivered in this worker's copy of the "
+                f"dataset; call set_epoch({self.epoch + 1}) and iterate again",
+                EpochCompleteWarning,
+                stacklevel=3,
+            )
+
     @contextmanager
-    def _shipping(self, *, batch_rows: int) -> Iterator[None]:
+    def _shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
         """While a loader starts its iterator: yield columnar batches of ``batch_rows``
-        (0: samples), and a pickle for a worker process is the loader's, not a plain
-        DataLoader's."""
+        (0: samples); a pickle for a worker process is the loader's, not a plain
+        DataLoader's; workers take the split groups that are behind first."""
         self._for_loader, self._loader_batch_rows = True, batch_rows
+        self._worker_order = self._groups_behind_first(num_workers)
         try:
             yield
         finally:
-            self._for_loader, self._loader_batch_rows = False, 0
+            self._for_loader, self._loader_batch_rows, self._worker_order = False, 0, ()
 
     def _worker_report(self) -> WorkerReport:
         """In a worker process: the progress of the splits this worker's iterator owns."""
-        worker, _, splits = self._iterating
+        worker, group, splits = self._iterating
         progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
-        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict())
+        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict(), group)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, snapshot and position, no handles."""
@@ -326,4 +347,5 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         state["_shipped"] = False
         if _compat.pickling_for_child_process() and not self._for_loader:
             self._shipped = True  # a plain DataLoader's worker: its progress never comes back
+            self._live.close_live("the worker processes of a plain DataLoader")
         return state

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import numbers
 import operator
 import pickle
 import sys
@@ -113,7 +114,7 @@ def _check_numbers(values: dict[str, object]) -> None:
         if not _whole(values[name], low=low, allow_none=allow_none):
             raise ValueError(f"StreamingDataLoader needs {name} to be {expected}, got {values[name]!r}")
     timeout = values["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
         raise ValueError(f"StreamingDataLoader needs timeout to be a non-negative number, got {timeout!r}")
 
 
@@ -218,6 +219,9 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         _check_len_counts(len_counts)
+        batch_size = None if batch_size is None else operator.index(batch_size)  # numpy ints too
+        prefetch_factor = None if prefetch_factor is None else operator.index(prefetch_factor)
+        num_workers, timeout = operator.index(num_workers), float(timeout)
         columnar = _columnar(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
         )
@@ -276,7 +280,7 @@ class StreamingDataLoader(DataLoader[Any]):
             channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
         self._collate.channel = channel
         batch_rows = self.batch_size if self._columnar and self.batch_size else 0
-        with dataset._shipping(batch_rows=batch_rows):
+        with dataset._shipping(batch_rows=batch_rows, num_workers=self.num_workers):
             batches = super().__iter__()
         iterator = _Committing(batches, self, channel)
         iterator.inner = dataset._hold(iterator)  # with num_workers=0, the dataset's own iterator
@@ -379,14 +383,22 @@ class _Committing(Guarded):
 
     def _advance(self) -> Any:
         self._busy = True
+        # num_workers=0: the dataset's own iterator moves the cursor as the batch is
+        # drawn, so a batch that fails part way must put it back
+        before = self._dataset._position() if self.inner is not None else None
         try:
             item: WorkerBatch = next(self._batches)
             batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
-            if item.report is not None:
-                self._dataset._commit(item.report)
-            return batch
+        except BaseException:
+            if before is not None and self.inner is not None:
+                self.inner.close()  # folds the stride it was in
+                self._dataset._rewind(before)
+            raise
         finally:
             self._busy = False
+        if item.report is not None:
+            self._dataset._commit(item.report)
+        return batch
 
     def _release(self) -> None:
         if self.inner is not None:

@@ -40,11 +40,13 @@ class PositionedDataset:
         self._shipped = False  # pickled for the worker processes of a plain DataLoader
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
         self._ledger = Ledger(self._rank_splits)
+        self._group_batches: dict[tuple[int, int], int] = {}  # (group, groups): batches this run
         self._restart()
 
     def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
         """Start a run at ``progress`` (default: the start of the epoch)."""
         packed = self._view.packing is not None
+        self._group_batches = {}
         self._ledger.restart(
             progress or fresh(self.num_splits, packing=packed),
             total=self._view.split_total(self.num_splits),
@@ -248,9 +250,29 @@ class PositionedDataset:
         """Adopt a worker's report: its batch was handed to the trainer."""
         self._ledger.commit(report.progress)
         self._worker_counters[(report.pid, report.worker)] = report.counters
-        self._worker_counters[(report.pid, report.worker)] = report.counters
+        self._group_batches[report.group] = self._group_batches.get(report.group, 0) + 1
+
+    def _groups_behind_first(self, groups: int) -> tuple[int, ...]:
+        """The rank's split groups, those with fewer committed batches first.
+
+        A DataLoader serves its workers in turn, worker 0 first. An iterator that
+        stopped part way through a round left the first groups one batch ahead; a
+        new one that served them first again would keep them ahead for the rest
+        of the epoch, and no later moment would be a logical step boundary.
+        """
+        batches = [self._group_batches.get((group, groups), 0) for group in range(groups)]
+        return tuple(sorted(range(groups), key=lambda group: (batches[group], group)))
+
+    def _position(self) -> tuple[SplitProgress, ...]:
+        """Every split's progress as this process's cursor has it now."""
+        return self._ledger.cursor.progress()
+
+    def _rewind(self, progress: Sequence[SplitProgress]) -> None:
+        """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
+        self._ledger.cursor.apply(dict(enumerate(progress)))
 
     def _boundary_state(self) -> dict[str, Any]:
         """The state at the last logical step boundary of the loader's workers."""
         self._refuse_evaluation("state_dict")
-        return self._state_of(self._ledger.boundary)
+        current = self._ledger.cursor.progress()
+        return self._state_of(current if self._ledger.at_boundary(current) else self._ledger.boundary)

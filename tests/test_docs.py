@@ -5,8 +5,7 @@ in ``docs/*.md`` is a complete script, and runs on its own in a fresh process (a
 ``example.py`` in an empty folder, so worker processes can re-import it), unless its
 first line is ``# not run``. Examples build their own tiny tables in temporary
 folders. Other fences (``bash``, ``text``) are not run; the command line they show
-is tested by ``test_cli.py``. README.md is not covered: its first example uses
-placeholder names (``table``, ``train_step``), and the docs repeat it runnably.
+is tested by ``test_cli.py``. README.md's examples run the same way.
 
 The site itself is built with warnings as errors by ``scripts/test.sh``.
 """
@@ -43,7 +42,7 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
 
 def examples() -> list[pytest.param]:
     found = []
-    for page in sorted(DOCS.glob("*.md")):
+    for page in [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]:
         for line, code in python_blocks(page.read_text()):
             if not code.startswith(SKIP_MARK):
                 found.append(pytest.param(page.name, line, code, id=f"{page.name}:{line}"))

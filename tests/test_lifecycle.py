@@ -10,6 +10,7 @@ import logging
 import os
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import torch
@@ -112,14 +113,19 @@ def test_iterating_the_dataset_supersedes_a_loader_iterator(uri, workers):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_step_limited_loop_and_a_new_for_continue_from_the_committed_position(uri, workers):
     """``max_steps`` stops mid-epoch (an odd step: between boundaries for k = 2)."""
-    batches = loader(dataset(uri), workers)
+    data = dataset(uri)
+    batches = loader(data, workers)
     received, max_steps = [], 5
     for step, batch in enumerate(batches):
         received.append(ids(batch))
         if step + 1 == max_steps:
             break
     assert len(batches) == len(whole_epoch(uri, workers)) - max_steps
-    received += [ids(batch) for batch in batches]  # the next `for` continues
+    again = iter(batches)  # the next `for` continues
+    received.append(ids(next(again)))
+    # k = 2: the worker whose splits were behind went first, so this is a boundary again
+    assert sum(data.state_dict()["samples_consumed_per_split"]) == sum(map(len, received))
+    received += [ids(batch) for batch in again]
     assert Counter(i for batch in received for i in batch) == planned(uri)
     if workers == 0:
         assert received == whole_epoch(uri, 0), "the same batches as one uninterrupted loop"
@@ -238,3 +244,64 @@ def test_set_epoch_logs_how_much_was_left(uri, caplog):
         data.set_epoch(1)
     total = NUM_SPLITS * data.split_length
     assert f"with {total - BATCH} of {total} samples undelivered (closed iter(loader))" in caplog.text
+
+
+class FailAt:
+    """A picklable transform that raises on the batch holding one id."""
+
+    def __init__(self, bad_id: int) -> None:
+        self.bad_id = bad_id
+
+    def __call__(self, batch: pa.RecordBatch):
+        rows = batch.to_pylist()
+        if any(row["id"] == self.bad_id for row in rows):
+            raise KeyError(f"row {self.bad_id}")
+        return rows
+
+
+def test_a_batch_that_fails_part_way_is_not_counted(uri):
+    """num_workers=0 draws a batch sample by sample; a failure part way puts them back."""
+    order = ids_of(dataset(uri, num_splits=1, shuffle=False))
+    data = dataset(uri, num_splits=1, shuffle=False, transform=FailAt(order[70]), read_batch_size=64)
+    received: list[int] = []
+    with pytest.raises(KeyError, match=f"row {order[70]}"):
+        for batch in loader(data, 0, batch_size=10):  # window 1 (rows 64-127) fails in batch 6
+            received += ids(batch)
+    assert received == order[:60]
+    assert data.state_dict()["samples_consumed_per_split"] == [60], "the 4 rows drawn for batch 6 count"
+
+
+def test_a_loader_state_before_its_first_batch_is_where_the_dataset_stands(uri):
+    data = dataset(uri)
+    first = iter(loader(data, 0))
+    next(first), next(first)  # 16 samples: 4 cycles of the 4 splits
+    assert loader(data, 2).state_dict()["samples_consumed_per_split"] == [4] * NUM_SPLITS
+
+
+def test_plain_dataloader_workers_supersede_and_evaluation_restarts_in_persistent_workers(uri):
+    data = dataset(uri)
+    mine = iter(data)
+    next(mine)
+    every = DataLoader(data, batch_size=8, num_workers=2, multiprocessing_context="forkserver", timeout=120)
+    next(iter(every))
+    with pytest.raises(RuntimeError, match="closed by the worker processes of a plain DataLoader"):
+        next(mine)
+    evaluation = dataset(uri, evaluation=True, shuffle=False)
+    persistent = DataLoader(
+        evaluation, batch_size=8, num_workers=2, persistent_workers=True, multiprocessing_context="forkserver"
+    )
+    every_row = Counter(ids_of(dataset(uri, shuffle=False)))
+    for _ in range(2):
+        assert Counter(i for batch in persistent for i in ids(batch)) == every_row
+
+
+def test_numpy_batch_sizes_work_on_every_path(uri):
+    data = dataset(uri, transform=plain_rows)
+    batches = list(
+        StreamingDataLoader(data, batch_size=np.int64(8), num_workers=np.int64(0), timeout=np.float32(0))
+    )
+    assert {len(batch["id"]) for batch in batches[:-1]} == {8}
+
+
+def plain_rows(batch: pa.RecordBatch):
+    return batch.to_pylist()
