@@ -27,6 +27,7 @@ __all__ = [
     "check_fork_safety",
     "column_names",
     "fragment_rows",
+    "handle_options",
     "is_integer_list",
     "list_lengths",
     "open_snapshot",
@@ -110,7 +111,8 @@ def open_table(
     """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
 
     Returns the snapshot (pinned to ``version``, default the latest now) and an open
-    handle to it for this process.
+    handle to it for this process. Without ``storage_options`` the snapshot takes
+    those the handle was opened with (``handle_options``).
     """
     _mark_used()
     table_name = None
@@ -127,11 +129,31 @@ def open_table(
         )
     uri = str(dataset.uri)
     pinned = int(version) if version is not None else int(dataset.version)
+    if storage_options is None:
+        storage_options = handle_options(dataset)
     snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
     if int(dataset.version) != pinned:
         dataset = open_snapshot(snapshot)
     _remember(_key(snapshot), dataset)
     return snapshot, dataset
+
+
+_LANCE_SET = ("user_agent",)
+"""Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
+
+
+def handle_options(dataset: Any) -> dict[str, str] | None:
+    """The storage options (credentials) a ``lance.LanceDataset`` was opened with.
+
+    A LanceDB connection's ``storage_options`` reach the datasets it opens, so a
+    table handle carries them too; every other process of the job then reopens the
+    snapshot with them, without the user passing them again.
+    """
+    options = getattr(dataset, "initial_storage_options", None)
+    if not options:
+        return None
+    chosen = {key: value for key, value in dict(options).items() if key not in _LANCE_SET}
+    return chosen or None
 
 
 def _key(snapshot: Snapshot) -> tuple[str, int, int]:

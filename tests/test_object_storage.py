@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import boto3
 import lance
+import lancedb
 import pytest
 from moto.server import ThreadedMotoServer
 
@@ -134,6 +135,65 @@ def test_errors_on_object_storage_name_no_secrets(s3, s3_uri):
         dataset(s3_uri, s3, shuffle_seed=5).load_state_dict(state)
     errors.append(wrong.value)
     record(*(str(error) for error in errors), *(repr(error) for error in errors))
+
+
+def open_handle(kind: str, uri: str, options: dict):
+    """The table as a user holds it: a LanceDB table or a lance.LanceDataset, with credentials."""
+    if kind == "lance":
+        return lance.dataset(uri, storage_options=options)
+    bucket, name = uri.rsplit("/", 1)
+    return lancedb.connect(bucket, storage_options=options).open_table(name.removesuffix(".lance"))
+
+
+def from_handle(handle, **kwargs) -> StreamingDataset:
+    """A dataset built from the handle alone: no storage_options passed again."""
+    data = StreamingDataset(handle, num_splits=4, block_rows=4, shuffle_buffer_size=48, **kwargs)
+    record(repr(data))
+    return data
+
+
+@pytest.mark.parametrize(
+    ("kind", "workers", "context"),
+    [
+        ("lancedb", 0, None),
+        ("lancedb", 2, None),
+        ("lancedb", 2, "spawn"),
+        ("lance", 0, None),
+        ("lance", 2, None),
+    ],
+)
+def test_a_table_handle_carries_its_credentials(s3, s3_uri, kind, workers, context):
+    """Iteration, workers, resume and merge with nothing but the handle (forkserver default, spawn)."""
+    handle = open_handle(kind, s3_uri, s3)
+
+    def run(data: StreamingDataset):
+        return StreamingDataLoader(
+            data,
+            batch_size=4,
+            num_workers=workers,
+            multiprocessing_context=context,
+            timeout=120 if workers else 0,
+        )
+
+    reference = [batch["id"].tolist() for batch in run(dataset(s3_uri, s3))]
+    first = from_handle(handle)
+    loader = run(first)
+    iterator = iter(loader)
+    before = [next(iterator)["id"].tolist() for _ in range(4)]
+    state = json_roundtrip(loader.state_dict())
+    record(state)
+    del iterator
+    resumed = from_handle(open_handle(kind, s3_uri, s3))
+    resumed.load_state_dict(state)
+    assert before + [batch["id"].tolist() for batch in run(resumed)] == reference
+    ranks = [from_handle(handle, rank=rank, world_size=2) for rank in range(2)]
+    for data in ranks:
+        take(iter(data), 6)  # three cycles of the rank's two splits
+    merged = StreamingDataset.merge_state_dicts([data.state_dict() for data in ranks])
+    record(merged)
+    again = from_handle(handle)
+    again.load_state_dict(merged)
+    assert len(again) == len(ids_of(dataset(s3_uri, s3))) - 12
 
 
 def test_no_secret_in_any_state_repr_or_message():
