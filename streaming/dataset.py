@@ -177,11 +177,8 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         self._for_loader = False  # a StreamingDataLoader is starting its iterator
         self._loader_batch_rows = 0  # rows per columnar batch that loader wants (0: samples)
         self._trainer_pid: int | None = None  # set in copies sent to worker processes
-        self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (
-            0,
-            (0, 1),
-            (),
-        )  # worker, group, splits
+        self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (0, (0, 1), ())
+        """(worker id, (split group, groups), splits) of this process's iterator."""
         self._worker_order: tuple[int, ...] = ()  # split group of each worker the loader starts
 
     def __repr__(self) -> str:
@@ -212,10 +209,9 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         An evaluation dataset starts at position 0 of its epoch every time.
         """
         worker, num_workers = self._worker()
-        if get_worker_info() is None and not self._for_loader:  # the trainer's own process
-            self._start_iteration("iter(dataset)")
-        elif get_worker_info() is not None and not self._for_loader:
-            self._start_in_a_plain_worker()
+        if not self._for_loader:  # else the loader has started the iteration already
+            in_worker = get_worker_info() is not None  # a plain DataLoader's, maybe persistent
+            self._start_iteration(None if in_worker else "iter(dataset)")
         group = self._worker_order[worker] if len(self._worker_order) == num_workers else worker
         splits = self._rank_splits
         if num_workers > 1:
@@ -286,9 +282,11 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
 
     # -- hooks for StreamingDataLoader (not public API) -------------------------
 
-    def _start_iteration(self, description: str) -> None:
-        """Close the live iterator (superseded by ``description``); prepare a new one."""
-        self._live.close_live(f"a new iterator ({description})", anything_left=len(self) > 0)
+    def _start_iteration(self, description: str | None) -> None:
+        """Close the live iterator (superseded by ``description``; ``None`` in a worker
+        process, which has none); restart an evaluation pass or warn an ended epoch."""
+        if description is not None:
+            self._live.close_live(f"a new iterator ({description})", anything_left=len(self) > 0)
         if self._options.evaluation:
             self._restart()
         elif len(self) == 0:
@@ -307,25 +305,13 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         self._live.hold(iterator)
         return inner
 
-    def _start_in_a_plain_worker(self) -> None:
-        """A plain DataLoader's worker (its copy may persist between passes)."""
-        if self._options.evaluation:
-            self._restart()
-        elif len(self) == 0:
-            warnings.warn(
-                f"epoch {self.epoch} was already fully delivered in this worker's copy of the "
-                f"dataset; call set_epoch({self.epoch + 1}) and iterate again",
-                EpochCompleteWarning,
-                stacklevel=3,
-            )
-
     @contextmanager
     def _shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
         """While a loader starts its iterator: yield columnar batches of ``batch_rows``
         (0: samples); a pickle for a worker process is the loader's, not a plain
         DataLoader's; workers take the split groups that are behind first."""
         self._for_loader, self._loader_batch_rows = True, batch_rows
-        self._worker_order = self._groups_behind_first(num_workers)
+        self._worker_order = self._ledger.groups_behind_first(num_workers)
         try:
             yield
         finally:

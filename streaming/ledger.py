@@ -29,20 +29,22 @@ class Ledger:
         self.cursor = Cursor(())
         self.boundary: tuple[SplitProgress, ...] = ()
         self.total, self.by_samples = 0, False
+        self._group_batches: dict[tuple[int, int], int] = {}  # (group, groups): batches this run
 
     def restart(self, progress: Sequence[SplitProgress], *, total: int, by_samples: bool) -> None:
         """Start a run at ``progress``."""
         self.cursor = Cursor(progress)
         self.boundary = tuple(progress)
         self.total, self.by_samples = total, by_samples
+        self._group_batches = {}
 
     def remaining(self) -> list[int]:
         """Samples (or blocks) each split has left in this epoch."""
         counts = self.cursor.samples if self.by_samples else self.cursor.positions
         return [self.total - count for count in counts]
 
-    def at_boundary(self, progress: Sequence[SplitProgress]) -> bool:
-        """True when every owned split advanced equally since the run started.
+    def at_boundary(self) -> bool:
+        """True when every owned split has advanced equally since the run started.
 
         A split that has run out counts as keeping up when it stopped at or below
         the common advance of the others (it started ahead, after a lagged merge);
@@ -50,8 +52,8 @@ class Ledger:
         or the counts would mix ends with lower values and no other topology could
         resume them with equal ranks.
         """
-        remaining = self.remaining()
-        advances = self._advances(progress)
+        remaining, samples = self.remaining(), self.cursor.samples
+        advances = {split: samples[split] - self.cursor.start[split].samples for split in self.owned}
         running = {advance for split, advance in advances.items() if remaining[split] > 0}
         if len(running) > 1:
             return False
@@ -60,16 +62,24 @@ class Ledger:
         (common,) = running
         return all(advance <= common for advance in advances.values())
 
-    def _advances(self, progress: Sequence[SplitProgress]) -> dict[int, int]:
-        start = self.cursor.start
-        return {split: progress[split].samples - start[split].samples for split in self.owned}
-
-    def commit(self, updates: Mapping[int, SplitProgress]) -> None:
-        """Adopt a worker's progress for its splits; remember it if it is a boundary."""
+    def commit(self, updates: Mapping[int, SplitProgress], *, group: tuple[int, int]) -> None:
+        """Adopt the progress of a worker's splits (``group``: its share of the rank's
+        splits, and how many shares there are); remember it if it is a boundary."""
         self.cursor.apply(updates)
-        progress = self.cursor.progress()
-        if self.at_boundary(progress):
-            self.boundary = progress
+        self._group_batches[group] = self._group_batches.get(group, 0) + 1
+        if self.at_boundary():
+            self.boundary = self.cursor.progress()
+
+    def groups_behind_first(self, groups: int) -> tuple[int, ...]:
+        """The rank's split groups, those with fewer committed batches first.
+
+        A DataLoader serves its workers in turn, worker 0 first. An iterator that
+        stopped part way through a round left the first groups one batch ahead; a
+        new one that served them first again would keep them ahead for the rest
+        of the epoch, and no later moment would be a logical step boundary.
+        """
+        batches = [self._group_batches.get((group, groups), 0) for group in range(groups)]
+        return tuple(sorted(range(groups), key=lambda group: (batches[group], group)))
 
     def lockstep(self, progress: Sequence[SplitProgress], *, split_length: int) -> tuple[SplitProgress, ...]:
         """``progress`` with every split of other ranks where lockstep training puts it.
@@ -80,7 +90,9 @@ class Ledger:
         anchor's document).
         """
         start = self.cursor.start
-        advance = max(self._advances(progress).values())  # at a boundary: the common advance
+        advance = max(
+            progress[split].samples - start[split].samples for split in self.owned
+        )  # the common one
         result = list(progress)
         for split, begun in enumerate(start):
             if split in self.owned:

@@ -108,14 +108,19 @@ _NUMBERS: tuple[tuple[str, int, bool, str], ...] = (
 )
 
 
-def _check_numbers(values: dict[str, object]) -> None:
-    """Refuse a bad count now, naming it, rather than with an IndexError mid-epoch."""
+def _numbers(values: dict[str, Any]) -> dict[str, Any]:
+    """The counts as plain ints (numpy integers too) and ``timeout`` as a float.
+
+    Refuses a bad one now, naming it, rather than with an IndexError mid-epoch.
+    """
     for name, low, allow_none, expected in _NUMBERS:
         if not _whole(values[name], low=low, allow_none=allow_none):
             raise ValueError(f"StreamingDataLoader needs {name} to be {expected}, got {values[name]!r}")
     timeout = values["timeout"]
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
         raise ValueError(f"StreamingDataLoader needs timeout to be a non-negative number, got {timeout!r}")
+    counts = {name: None if values[name] is None else operator.index(values[name]) for name, *_ in _NUMBERS}
+    return {**counts, "timeout": float(timeout)}
 
 
 def _check_len_counts(len_counts: str) -> None:
@@ -209,19 +214,17 @@ class StreamingDataLoader(DataLoader[Any]):
         len_counts: str = "remaining",
     ) -> None:
         dataset = _check_dataset(dataset)
-        _check_numbers(
-            {
-                "batch_size": batch_size,
-                "num_workers": num_workers,
-                "prefetch_factor": prefetch_factor,
-                "timeout": timeout,
-            }
-        )
+        given = {
+            "batch_size": batch_size,
+            "num_workers": num_workers,
+            "prefetch_factor": prefetch_factor,
+            "timeout": timeout,
+        }
+        checked = _numbers(given)
+        batch_size, num_workers = checked["batch_size"], checked["num_workers"]
+        prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         _check_len_counts(len_counts)
-        batch_size = None if batch_size is None else operator.index(batch_size)  # numpy ints too
-        prefetch_factor = None if prefetch_factor is None else operator.index(prefetch_factor)
-        num_workers, timeout = operator.index(num_workers), float(timeout)
         columnar = _columnar(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
         )

@@ -18,7 +18,7 @@ from .lifecycle import LiveSlot
 from .merge import merge_states
 from .options import Options
 from .plan import EpochPlan
-from .progress import SplitProgress, fresh
+from .progress import Mark, SplitProgress, fresh
 from .state import StreamState, check_compatible
 from .view import TableView, open_view
 from .worker import WorkerReport
@@ -40,13 +40,11 @@ class PositionedDataset:
         self._shipped = False  # pickled for the worker processes of a plain DataLoader
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
         self._ledger = Ledger(self._rank_splits)
-        self._group_batches: dict[tuple[int, int], int] = {}  # (group, groups): batches this run
         self._restart()
 
     def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
         """Start a run at ``progress`` (default: the start of the epoch)."""
         packed = self._view.packing is not None
-        self._group_batches = {}
         self._ledger.restart(
             progress or fresh(self.num_splits, packing=packed),
             total=self._view.split_total(self.num_splits),
@@ -146,15 +144,14 @@ class PositionedDataset:
                 "progress never reaches this process, so its state would be wrong; iterate it "
                 "with streaming.StreamingDataLoader, which commits each batch as it is returned"
             )
-        progress = self._ledger.cursor.progress()
-        if not self._ledger.at_boundary(progress):
+        if not self._ledger.at_boundary():
             raise RuntimeError(
                 "the splits of this rank have advanced unequally since this run started: the "
                 "state is between logical steps of the DataLoader workers; consume more batches "
                 "(one from every worker) and call state_dict() again, or use "
                 "StreamingDataLoader.state_dict(), which returns the last logical step boundary"
             )
-        return self._state_of(progress)
+        return self._state_of(self._ledger.cursor.progress())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
@@ -248,31 +245,19 @@ class PositionedDataset:
 
     def _commit(self, report: WorkerReport) -> None:
         """Adopt a worker's report: its batch was handed to the trainer."""
-        self._ledger.commit(report.progress)
+        self._ledger.commit(report.progress, group=report.group)
         self._worker_counters[(report.pid, report.worker)] = report.counters
-        self._group_batches[report.group] = self._group_batches.get(report.group, 0) + 1
 
-    def _groups_behind_first(self, groups: int) -> tuple[int, ...]:
-        """The rank's split groups, those with fewer committed batches first.
+    def _position(self) -> Mark:
+        """Where this process's cursor stands now (cheap: three list copies)."""
+        return self._ledger.cursor.mark()
 
-        A DataLoader serves its workers in turn, worker 0 first. An iterator that
-        stopped part way through a round left the first groups one batch ahead; a
-        new one that served them first again would keep them ahead for the rest
-        of the epoch, and no later moment would be a logical step boundary.
-        """
-        batches = [self._group_batches.get((group, groups), 0) for group in range(groups)]
-        return tuple(sorted(range(groups), key=lambda group: (batches[group], group)))
-
-    def _position(self) -> tuple[SplitProgress, ...]:
-        """Every split's progress as this process's cursor has it now."""
-        return self._ledger.cursor.progress()
-
-    def _rewind(self, progress: Sequence[SplitProgress]) -> None:
+    def _rewind(self, mark: Mark) -> None:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
-        self._ledger.cursor.apply(dict(enumerate(progress)))
+        self._ledger.cursor.restore(mark)
 
     def _boundary_state(self) -> dict[str, Any]:
         """The state at the last logical step boundary of the loader's workers."""
         self._refuse_evaluation("state_dict")
-        current = self._ledger.cursor.progress()
-        return self._state_of(current if self._ledger.at_boundary(current) else self._ledger.boundary)
+        boundary = self._ledger.cursor.progress() if self._ledger.at_boundary() else self._ledger.boundary
+        return self._state_of(boundary)

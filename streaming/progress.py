@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Anchor", "Cursor", "Passed", "SplitProgress", "fresh"]
+__all__ = ["Anchor", "Cursor", "Mark", "Passed", "SplitProgress", "fresh"]
 
 Anchor = tuple[int, int, int]
 """Packing only: (blocks emitted, next document, token offset in it) of one split."""
 
 Passed = list[int] | None
 """Positions a split has passed after 0, 1, ... cycles (``None``: one per cycle)."""
+
+
+Mark = tuple[list[int], list[int], list[Anchor | None]]
+"""A cursor's samples, positions and anchors at one moment (``Cursor.mark``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,17 @@ class Cursor:
             self._samples[split] = progress.samples
             self._positions[split] = progress.positions
             self._anchors[split] = progress.anchor
+
+    def mark(self) -> Mark:
+        """Where every split stands now; cheaper than ``progress()`` on a hot path."""
+        return self.samples, self.positions, list(self._anchors)
+
+    def restore(self, mark: Mark) -> None:
+        """Go back to a ``mark`` (no stride open)."""
+        if self._moving:
+            raise RuntimeError("restore() while an iterator of this process advances the cursor")
+        samples, positions, anchors = mark
+        self._samples, self._positions, self._anchors = list(samples), list(positions), list(anchors)
 
     def advance(self, splits: Sequence[int], cycles: int) -> None:
         """Count ``cycles`` more completed cycles for ``splits`` (no stride open)."""

@@ -125,3 +125,21 @@ def _resume_again(make: Callable[[], StreamingDataset], dataset: StreamingDatase
     again.load_state_dict(state)
     committed = sum(state["samples_consumed_per_split"][split] for split in owned) - before
     return first[:committed] + ids_of(again)
+
+
+class FailOn:
+    """A picklable transform that raises on the batch holding one id, as a bad row would."""
+
+    def __init__(self, bad_id: int) -> None:
+        self.bad_id = bad_id
+
+    def __call__(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        rows = batch.to_pylist()
+        if any(row["id"] == self.bad_id for row in rows):
+            raise KeyError(f"cannot handle row {self.bad_id}")
+        return rows
+
+
+def plain_transform(batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    """A picklable transform that changes nothing (it turns off the vectorised path)."""
+    return batch.to_pylist()

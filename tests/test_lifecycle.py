@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 
 from streaming import StreamingDataLoader, StreamingDataset
 
-from helpers import ids_of, json_roundtrip, make_table
+from helpers import FailOn, ids_of, json_roundtrip, make_table, plain_transform
 
 NUM_SPLITS = 4
 BATCH = 8
@@ -246,23 +246,10 @@ def test_set_epoch_logs_how_much_was_left(uri, caplog):
     assert f"with {total - BATCH} of {total} samples undelivered (closed iter(loader))" in caplog.text
 
 
-class FailAt:
-    """A picklable transform that raises on the batch holding one id."""
-
-    def __init__(self, bad_id: int) -> None:
-        self.bad_id = bad_id
-
-    def __call__(self, batch: pa.RecordBatch):
-        rows = batch.to_pylist()
-        if any(row["id"] == self.bad_id for row in rows):
-            raise KeyError(f"row {self.bad_id}")
-        return rows
-
-
 def test_a_batch_that_fails_part_way_is_not_counted(uri):
     """num_workers=0 draws a batch sample by sample; a failure part way puts them back."""
     order = ids_of(dataset(uri, num_splits=1, shuffle=False))
-    data = dataset(uri, num_splits=1, shuffle=False, transform=FailAt(order[70]), read_batch_size=64)
+    data = dataset(uri, num_splits=1, shuffle=False, transform=FailOn(order[70]), read_batch_size=64)
     received: list[int] = []
     with pytest.raises(KeyError, match=f"row {order[70]}"):
         for batch in loader(data, 0, batch_size=10):  # window 1 (rows 64-127) fails in batch 6
@@ -296,12 +283,8 @@ def test_plain_dataloader_workers_supersede_and_evaluation_restarts_in_persisten
 
 
 def test_numpy_batch_sizes_work_on_every_path(uri):
-    data = dataset(uri, transform=plain_rows)
+    data = dataset(uri, transform=plain_transform)
     batches = list(
         StreamingDataLoader(data, batch_size=np.int64(8), num_workers=np.int64(0), timeout=np.float32(0))
     )
     assert {len(batch["id"]) for batch in batches[:-1]} == {8}
-
-
-def plain_rows(batch: pa.RecordBatch):
-    return batch.to_pylist()

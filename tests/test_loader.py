@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
 
-from helpers import ids_of, json_roundtrip, make_table
+from helpers import FailOn, ids_of, json_roundtrip, make_table, plain_transform
 
 NUM_SPLITS = 6
 BATCH = 6  # two cycles of a worker owning 3 splits, three of one owning 2
@@ -245,23 +245,6 @@ def test_unpicklable_transform_is_named_before_workers_start(uri):
     ):
         iter(loader(data, 2))
     assert multiprocessing.active_children() == []
-
-
-class FailOn:
-    """A picklable transform that raises on one id, as a bad row would."""
-
-    def __init__(self, bad_id: int) -> None:
-        self.bad_id = bad_id
-
-    def __call__(self, batch: pa.RecordBatch):
-        rows = batch.to_pylist()
-        if any(row["id"] == self.bad_id for row in rows):
-            raise KeyError(f"cannot handle row {self.bad_id}")
-        return rows
-
-
-def plain_transform(batch: pa.RecordBatch):
-    return batch.to_pylist()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
