@@ -15,6 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from . import _compat, source, stats, watchdog
 from .errors import EpochCompleteWarning
 from .lifecycle import Guarded, LiveSlot, Samples
+from .observe import Observed
 from .options import (
     DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
@@ -37,7 +38,7 @@ __all__ = ["StreamingDataset"]
 _LOG = logging.getLogger("streaming")
 
 
-class StreamingDataset(PositionedDataset, IterableDataset[Any]):
+class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
     """Stream one snapshot of a Lance table with exact, elastic checkpoint/resume.
 
     The table's planned rows (live rows matching ``filter``) are cut into
@@ -70,7 +71,8 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         epoch: The epoch to start in; the plan differs per epoch.
         rank: This process's rank; defaults to the process group's, else 0.
         world_size: Number of ranks; defaults to the process group's, else 1.
-        read_batch_size: Rows per ``transform`` call.
+        read_batch_size: Rows per ``transform`` call: each split's rows, in delivery
+            order, are transformed in batches of this many as the loop reaches them.
         io_queue_depth: Threads reading windows in the background (as many again
             run the per-fragment takes of those reads).
         prefetch_batches: Accepted for compatibility with ``lancedb.streaming``.
@@ -78,8 +80,11 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         shuffle_clump_size: Rows kept together when permuting a window.
         filter: SQL predicate; only matching rows are planned.
         transform: ``transform(pyarrow.RecordBatch)`` returning one sample per row.
-        transform_parallelism: Accepted for compatibility.
-        transform_queue_depth: Accepted for compatibility.
+        transform_parallelism: Threads running ``transform`` in each iterating
+            process; ``None``: 4, or fewer CPUs.
+        transform_queue_depth: Batches of a split transformed (or being
+            transformed) at once, the one being consumed included; bounds the
+            memory transformed rows take. ``None``: ``max(2, transform_parallelism)``.
         pack_sequences: Tokens per packed block: each split's documents (one
             integer-list column), joined with ``eos_id``, are cut into blocks of
             this many tokens, yielded as ``{"input_ids", "doc_ids"}`` (see
@@ -263,12 +268,19 @@ class StreamingDataset(PositionedDataset, IterableDataset[Any]):
         """Live statistics of this rank, including its DataLoader workers.
 
         ``rows_delivered`` and ``rows_skipped`` count this epoch's committed samples
-        of the rank's splits; ``rows_read``, ``bytes_read``, ``windows_read``,
-        ``read_seconds`` (wall time of reads, summed over read threads) and
-        ``transform_seconds`` are totals since this object was made, over this
-        process and every worker whose batches reached it; ``read_ahead`` is the
-        number of windows requested and not yet consumed. Worker figures are as of
-        their latest delivered batch. Cheap: counters only, no I/O.
+        of the rank's splits (and the dropped rows they passed). Totals since this
+        object was made, over this process and every worker whose batches reached
+        it: ``rows_read``, ``bytes_read``, ``windows_read``, ``read_seconds`` (wall
+        time of reads, summed over read threads), ``transform_seconds`` (summed
+        over transform threads), ``rows_dropped`` (rows ``transform`` failed on,
+        delivered or not yet). What running iterators hold now (0 while none
+        runs): ``read_ahead`` (windows requested, not yet consumed), ``raw_rows``
+        (rows read, waiting for the transform), ``ready_rows`` (rows ready to hand
+        out), ``unscanned_rows`` (rows not yet requested). Worker figures are as of
+        their latest delivered batch. The ``lancedb.streaming`` attributes
+        (``bytes_loaded``, ``fetch_time``, ``transform_time``, ``rows_skipped``,
+        ``consumed_rows``, ``raw_queue_depth``, ``prefetch_queue_depth``,
+        ``unscanned_rows``) read these entries. Cheap: counters only, no I/O.
         """
         samples, positions = self._ledger.cursor.samples, self._ledger.cursor.positions
         totals = stats.total([self._counters.as_dict(), *self._worker_counters.values()])

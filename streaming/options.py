@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import operator
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_IO_QUEUE_DEPTH",
     "DEFAULT_READ_BATCH_SIZE",
     "DEFAULT_SHUFFLE_BUFFER_SIZE",
+    "DEFAULT_TRANSFORM_PARALLELISM",
     "Options",
     "as_epoch",
     "check_handle_options",
@@ -29,6 +31,8 @@ DEFAULT_BLOCK_ROWS = 64
 DEFAULT_SHUFFLE_BUFFER_SIZE = 32768
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
+DEFAULT_TRANSFORM_PARALLELISM = 4
+"""Transform threads when ``transform_parallelism`` is None (fewer on smaller machines)."""
 
 
 def _is_int(value: object) -> bool:
@@ -141,6 +145,20 @@ class Options:
     def clump_rows(self) -> int:
         """Rows permuted together inside a window (1: every row on its own)."""
         return self.shuffle_clump_size or 1
+
+    @property
+    def transform_threads(self) -> int:
+        """Threads that run ``transform`` in each iterating process."""
+        if self.transform_parallelism is not None:
+            return self.transform_parallelism
+        return min(DEFAULT_TRANSFORM_PARALLELISM, os.cpu_count() or 1)
+
+    @property
+    def transform_depth(self) -> int:
+        """Batches of a split transformed at once, the one being consumed included."""
+        if self.transform_queue_depth is not None:
+            return self.transform_queue_depth
+        return max(2, self.transform_threads)
 
 
 def _check_packing(values: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from . import source
 from .plan import EpochPlan
 from .rows import Rows
 from .stats import Counters, timed
-from .transformed import OnError, TransformedRows
+from .transformed import OnError, TransformedRows, Transformer
 
 __all__ = ["Key", "SplitReaders", "Window", "WindowSource", "open_readers"]
 
@@ -34,11 +34,28 @@ class WindowSource:
     batch_rows: int
     counters: Counters
     on_error: OnError = "raise"
+    transform_threads: int = 1
+    transform_depth: int = 1
 
-    def read(self, requests: Sequence[Key], *, executor: Executor | None = None) -> dict[Key, Window]:
+    def transformer(self, executor: Executor) -> Transformer | None:
+        """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
+        if self.transform is None:
+            return None
+        return Transformer(
+            self.transform, self.batch_rows, self.on_error, self.counters, executor, self.transform_depth
+        )
+
+    def read(
+        self,
+        requests: Sequence[Key],
+        *,
+        executor: Executor | None = None,
+        transformer: Transformer | None = None,
+    ) -> dict[Key, Window]:
         """Read the windows of ``requests`` together and put each in yield order.
 
         With ``executor`` the per-fragment takes run on its threads, several at once.
+        With a ``transformer`` the windows are transformed lazily, as they are consumed.
         """
         with timed(self.counters, "read"):
             request = self.plan.window_read(requests)
@@ -52,14 +69,9 @@ class WindowSource:
             )
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
-        if self.transform is not None:
-            with timed(self.counters, "transform"):
-                windows = [
-                    TransformedRows(
-                        table, gather, self.transform, batch_rows=self.batch_rows, on_error=self.on_error
-                    )
-                    for gather in request.gathers
-                ]
+        if transformer is not None:
+            table = table.combine_chunks()  # one chunk: each batch is one cheap take
+            windows = [TransformedRows(table, gather, transformer) for gather in request.gathers]
         else:
             windows = list(Rows.gather(table, request.gathers))
         return dict(zip(requests, windows, strict=True))
@@ -82,10 +94,12 @@ class SplitReaders:
         starts: dict[int, int],
         executor: Executor,
         takes: Executor | None = None,
+        transformer: Transformer | None = None,
     ) -> None:
         self._windows = windows
         self._executor = executor
         self._takes = takes
+        self._transformer = transformer
         self._length = windows.plan.split_length
         self._window_rows = windows.plan.settings.window_rows
         self.positions = dict(starts)
@@ -108,19 +122,22 @@ class SplitReaders:
         ]
         if not wanted:
             return
-        future = self._executor.submit(self._windows.read, wanted, executor=self._takes)
+        future = self._executor.submit(
+            self._windows.read, wanted, executor=self._takes, transformer=self._transformer
+        )
         for key in wanted:
             self._scheduled[key] = future
             self._ahead[key[0]] = key[1] + 1
-        self._windows.counters.read_ahead = len(self._scheduled)
 
     def _enter(self, split: int, window: int) -> None:
         key = (split, window)
         if key not in self._scheduled:
             self._ahead[split] = window
             self._schedule()
+        left = self._current.get(split)
+        if isinstance(left, TransformedRows):
+            left.close()
         self._current[split] = self._scheduled.pop(key).result().pop(key)
-        self._windows.counters.read_ahead = len(self._scheduled)
         self._current_start[split] = window * self._window_rows
         if self._ahead[split] <= window + 1:
             self._schedule()
@@ -137,8 +154,42 @@ class SplitReaders:
             current = self._current[split]
         offset = position - self._current_start[split]
         stop = min(len(current), offset + limit)
+        if isinstance(current, TransformedRows):
+            stop = current.reach(offset, stop)  # transform no further than needed
         self.positions[split] = position + stop - offset
         return current, offset, stop
+
+    def gauges(self) -> dict[str, int]:
+        """What these readers hold now: windows requested and not yet consumed
+        (``read_ahead``), rows read and waiting for the transform (``raw_rows``),
+        rows ready to hand out (``ready_rows``), rows not yet requested
+        (``unscanned_rows``). Zeros if the readers change while this runs (read
+        from another thread than the consumer's)."""
+        try:
+            return self._gauges()
+        except RuntimeError:  # a dict changed size under another thread's iteration
+            return {}
+
+    def _gauges(self) -> dict[str, int]:
+        raw = ready = 0
+        for split, window in list(self._current.items()):
+            position = self.positions[split] - self._current_start[split]
+            if isinstance(window, TransformedRows):
+                waiting, done = window.waiting(position)
+                raw, ready = raw + waiting, ready + done
+            else:
+                ready += max(0, len(window) - position)
+        for key, future in list(self._scheduled.items()):
+            if future.done() and not future.cancelled() and future.exception() is None:
+                rows = len(future.result()[key])
+                raw, ready = (raw + rows, ready) if self._transformer is not None else (raw, ready + rows)
+        unscanned = sum(max(0, self._length - ahead * self._window_rows) for ahead in self._ahead.values())
+        return {
+            "read_ahead": len(self._scheduled),
+            "raw_rows": raw,
+            "ready_rows": ready,
+            "unscanned_rows": unscanned,
+        }
 
     def take(self, split: int, limit: int) -> list[Any]:
         """Up to ``limit`` samples of ``split`` without crossing a window (at least one)."""
@@ -167,6 +218,9 @@ class SplitReaders:
         for future in self._scheduled.values():
             future.cancel()
         self._scheduled.clear()
+        for window in self._current.values():
+            if isinstance(window, TransformedRows):
+                window.close()
         self._current.clear()
 
 
@@ -175,14 +229,26 @@ def open_readers(windows: WindowSource, starts: dict[int, int], *, io_threads: i
     """``SplitReaders`` with their own read threads, stopped when the block ends.
 
     ``io_threads`` threads read windows and as many run the per-fragment takes of
-    those reads (two pools, so a read waiting for its takes never starves them).
+    those reads (two pools, so a read waiting for its takes never starves them);
+    with a transform, ``windows.transform_threads`` more run it.
     """
     executor = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-read")
     takes = ThreadPoolExecutor(max_workers=io_threads, thread_name_prefix="lance-streaming-take")
-    readers = SplitReaders(windows, starts, executor, takes)
+    pools = [executor, takes]
+    transformer = None
+    if windows.transform is not None:
+        pools.append(
+            ThreadPoolExecutor(
+                max_workers=windows.transform_threads, thread_name_prefix="lance-streaming-transform"
+            )
+        )
+        transformer = windows.transformer(pools[-1])
+    readers = SplitReaders(windows, starts, executor, takes, transformer)
+    windows.counters.watch(readers.gauges)
     try:
         yield readers
     finally:
+        windows.counters.watch(None)
         readers.close()
-        executor.shutdown(wait=False, cancel_futures=True)
-        takes.shutdown(wait=False, cancel_futures=True)
+        for pool in pools:
+            pool.shutdown(wait=False, cancel_futures=True)

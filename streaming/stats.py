@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["FIELDS", "Counters", "timed", "total"]
+__all__ = ["FIELDS", "GAUGES", "Counters", "timed", "total"]
 
-FIELDS = ("rows_read", "bytes_read", "read_seconds", "transform_seconds", "windows_read", "read_ahead")
+GAUGES = ("read_ahead", "raw_rows", "ready_rows", "unscanned_rows")
+"""What the running iterator holds right now; zero while none runs."""
+
+FIELDS = (
+    "rows_read",
+    "bytes_read",
+    "read_seconds",
+    "transform_seconds",
+    "windows_read",
+    "rows_dropped",
+    *GAUGES,
+)
+
+Gauges = Callable[[], dict[str, int]]
 
 
 @dataclass
@@ -22,27 +35,47 @@ class Counters:
     read_seconds: float = 0.0
     transform_seconds: float = 0.0
     windows_read: int = 0
-    read_ahead: int = 0  # windows requested and not yet consumed (a gauge)
+    rows_dropped: int = 0
+    _gauges: Gauges | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(
-        self, *, rows: int = 0, nbytes: int = 0, read: float = 0.0, transform: float = 0.0, windows: int = 0
+        self,
+        *,
+        rows: int = 0,
+        nbytes: int = 0,
+        read: float = 0.0,
+        transform: float = 0.0,
+        windows: int = 0,
+        dropped: int = 0,
     ) -> None:
-        """Add to the totals (called from the read threads)."""
+        """Add to the totals (called from the read and transform threads)."""
         with self._lock:
             self.rows_read += rows
             self.bytes_read += nbytes
             self.read_seconds += read
             self.transform_seconds += transform
             self.windows_read += windows
+            self.rows_dropped += dropped
+
+    def watch(self, gauges: Gauges | None) -> None:
+        """Read the gauges from ``gauges`` (the running iterator's); ``None``: all zero."""
+        self._gauges = gauges
 
     def as_dict(self) -> dict[str, float]:
-        """The totals as plain data (sent with worker batches)."""
+        """The totals and gauges as plain data (sent with worker batches).
+
+        Call from the thread that consumes the running iterator (the gauges read
+        its windows).
+        """
+        gauges = self._gauges() if self._gauges is not None else {}
         with self._lock:
-            return {name: getattr(self, name) for name in FIELDS}
+            totals: dict[str, float] = {name: getattr(self, name) for name in FIELDS if name not in GAUGES}
+        return {**totals, **{name: gauges.get(name, 0) for name in GAUGES}}
 
     def __getstate__(self) -> dict[str, float]:
-        return self.as_dict()
+        with self._lock:  # the totals only: gauges belong to this process's iterator
+            return {name: getattr(self, name) for name in FIELDS if name not in GAUGES}
 
     def __setstate__(self, state: dict[str, float]) -> None:
         self.__init__(**state)  # type: ignore[misc]

@@ -1,93 +1,195 @@
-"""Rows of one window after a user ``transform``, in yield order."""
+"""Rows of one window after a user ``transform``: transformed lazily, batch by batch.
+
+A window's rows are cut, in yield order, into ``read_batch_size``-row batches.
+A batch is transformed when the consumer reaches it, on a pool of
+``transform_parallelism`` threads shared by every split of the iterator. At most
+``transform_queue_depth`` batches of a split are transformed or being
+transformed at once, the one the consumer is in included (the later ones are
+transformed ahead of it), and a batch the consumer has left is freed. So the
+first sample costs one transformed batch per split, and memory holds at most
+``transform_queue_depth`` transformed batches per split besides the raw window.
+"""
 
 from __future__ import annotations
 
 import bisect
+import time
 import warnings
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from .errors import TransformContractError, TransformErrorWarning
+from .stats import Counters
 
-__all__ = ["OnError", "TransformedRows"]
+__all__ = ["OnError", "Transformer", "TransformedRows"]
 
 OnError = str | Callable[[Exception], bool]
 """``"raise"``, ``"skip"``, ``"warn"`` or ``handler(exception) -> bool`` (True drops the row)."""
 
 
-class TransformedRows:
-    """The rows of one window after a user ``transform``, in yield order.
+@dataclass(frozen=True)
+class _Done:
+    """One transformed batch: a sample per row (``None`` for a dropped row)."""
 
-    A batch the transform raises on is retried row by row (unless ``on_error`` is
-    ``"raise"``); rows that still fail are dropped and remembered, so readers can
-    tell positions passed from samples delivered.
+    samples: list[Any]
+    skipped: list[int]  # offsets in the batch of the dropped rows, ascending
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """How to transform batches: the user's function, its error rule and its threads.
+
+    Attributes:
+        transform: ``transform(pyarrow.RecordBatch)`` returning one sample per row.
+        batch_rows: Rows per ``transform`` call (``read_batch_size``).
+        on_error: What a row the transform fails on does (see ``OnError``).
+        counters: Where the time spent and the rows dropped are added.
+        executor: The threads that run transforms.
+        depth: Batches of a split transformed at once, the consumer's own included.
     """
 
-    def __init__(
-        self,
-        table: pa.Table,
-        order: np.ndarray,
-        transform: Callable[[pa.RecordBatch], Iterable[Any]],
-        *,
-        batch_rows: int,
-        on_error: OnError = "raise",
-    ) -> None:
-        ordered = table.take(pa.array(order))
-        self._samples: list[Any] = []
-        self._skipped: list[int] = []  # positions in this window whose row was dropped
-        for batch in ordered.to_batches(max_chunksize=batch_rows):
+    transform: Callable[[pa.RecordBatch], Iterable[Any]]
+    batch_rows: int
+    on_error: OnError
+    counters: Counters
+    executor: Executor
+    depth: int
+
+    def run(self, batch: pa.RecordBatch) -> _Done:
+        """Transform one batch; a batch that fails is retried row by row unless
+        ``on_error`` is ``"raise"``."""
+        start = time.perf_counter()
+        try:
             try:
-                self._samples.extend(_apply(transform, batch))
+                return _Done(_apply(self.transform, batch), [])
             except TransformContractError:
                 raise
             except Exception:
-                if on_error == "raise":
+                if self.on_error == "raise":
                     raise
-                self._retry_rows(transform, batch, on_error)  # the user decides per row
+            return self._retry_rows(batch)  # the user decides per row
+        finally:
+            self.counters.add(transform=time.perf_counter() - start)
 
-    def _retry_rows(
-        self, transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch, on_error: OnError
-    ) -> None:
+    def _retry_rows(self, batch: pa.RecordBatch) -> _Done:
+        samples: list[Any] = []
+        skipped: list[int] = []
         failures: list[Exception] = []
         for index in range(batch.num_rows):
             try:
-                self._samples.extend(_apply(transform, batch.slice(index, 1)))
+                samples.extend(_apply(self.transform, batch.slice(index, 1)))
             except TransformContractError:
                 raise
             except Exception as error:
-                if callable(on_error) and not on_error(error):
+                if callable(self.on_error) and not self.on_error(error):
                     raise
                 failures.append(error)
-                self._skipped.append(len(self._samples))
-                self._samples.append(None)
-        if failures and on_error == "warn":
+                skipped.append(index)
+                samples.append(None)
+        self.counters.add(dropped=len(skipped))
+        if failures and self.on_error == "warn":
             warnings.warn(
-                f"transform {_qualname(transform)} failed on {len(failures)} of {batch.num_rows} "
+                f"transform {_qualname(self.transform)} failed on {len(failures)} of {batch.num_rows} "
                 f"rows of a batch; they were skipped (first error: {failures[0]!r})",
                 TransformErrorWarning,
                 stacklevel=2,
             )
+        return _Done(samples, skipped)
+
+
+class TransformedRows:
+    """The rows of one window in yield order, transformed as the consumer reaches them.
+
+    Rows the transform dropped are remembered, so readers can tell positions
+    passed from samples delivered. Used by one consumer thread; the transforms
+    themselves run on the ``Transformer``'s threads.
+    """
+
+    def __init__(self, table: pa.Table, order: np.ndarray, transformer: Transformer) -> None:
+        self._table = table
+        self._order = order
+        self._transformer = transformer
+        self._rows = transformer.batch_rows
+        self._batches: dict[int, Future[_Done] | _Done] = {}
+        self._first_kept = 0  # batches below this one were left behind and freed
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return len(self._order)
+
+    def reach(self, start: int, stop: int) -> int:
+        """``stop``, cut at the end of the batch that holds row ``start``."""
+        return min(stop, (start // self._rows + 1) * self._rows)
+
+    def _submit(self, index: int) -> None:
+        if index * self._rows >= len(self._order) or index in self._batches:
+            return
+        rows = self._order[index * self._rows : (index + 1) * self._rows]
+        batch = self._table.take(pa.array(rows)).combine_chunks()
+        records = batch.to_batches()
+        record = records[0] if records else pa.RecordBatch.from_pylist([], schema=batch.schema)
+        self._batches[index] = self._transformer.executor.submit(self._transformer.run, record)
+
+    def _batch(self, index: int) -> _Done:
+        """Batch ``index`` transformed (waiting for it), with the next ones scheduled."""
+        for ahead in range(index, index + self._transformer.depth):
+            self._submit(ahead)
+        for old in range(self._first_kept, index):  # the consumer never goes back
+            self._batches.pop(old, None)
+        self._first_kept = max(self._first_kept, index)
+        entry = self._batches[index]
+        if isinstance(entry, Future):
+            entry = self._batches[index] = entry.result()
+        return entry
+
+    def _parts(self, start: int, stop: int) -> Iterable[tuple[int, _Done, int, int]]:
+        """(first row, batch, start, stop) of each batch that rows [start, stop) touch."""
+        row = start
+        while row < stop:
+            index = row // self._rows
+            base = index * self._rows
+            end = min(stop, base + self._rows)
+            yield base, self._batch(index), row - base, end - base
+            row = end
 
     def samples(self, start: int, stop: int) -> list[Any]:
         """Transformed samples for rows [start, stop); a dropped row gives ``None``."""
-        return self._samples[start:stop]
+        parts = self._parts(start, stop)
+        return [sample for _, done, low, high in parts for sample in done.samples[low:high]]
 
     def kept(self, start: int, stop: int) -> list[int] | None:
         """Offsets from ``start`` of the rows in [start, stop) that were not dropped.
 
         ``None`` when no row in the range was dropped (the common case).
         """
-        first = bisect.bisect_left(self._skipped, start)
-        if first == len(self._skipped) or self._skipped[first] >= stop:
+        dropped: set[int] = set()
+        for base, done, low, high in self._parts(start, stop):
+            skipped = done.skipped
+            inside = skipped[bisect.bisect_left(skipped, low) : bisect.bisect_left(skipped, high)]
+            dropped.update(base + offset for offset in inside)
+        if not dropped:
             return None
-        dropped = set(self._skipped[first : bisect.bisect_left(self._skipped, stop)])
         return [offset - start for offset in range(start, stop) if offset not in dropped]
+
+    def waiting(self, position: int) -> tuple[int, int]:
+        """(raw rows not yet transformed, transformed rows not yet consumed) from ``position``."""
+        ready = 0
+        for index, entry in self._batches.items():
+            if isinstance(entry, _Done) or entry.done():
+                low = max(position, index * self._rows)
+                ready += max(0, min(len(self._order), (index + 1) * self._rows) - low)
+        return len(self._order) - position - ready, ready
+
+    def close(self) -> None:
+        """Cancel transforms not yet started and free every batch."""
+        for entry in self._batches.values():
+            if isinstance(entry, Future):
+                entry.cancel()
+        self._batches.clear()
 
 
 def _apply(transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch) -> list[Any]:

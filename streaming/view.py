@@ -89,6 +89,8 @@ class TableView:
             on_error=options.on_transform_error,
             batch_rows=options.read_batch_size,
             counters=counters,
+            transform_threads=options.transform_threads,
+            transform_depth=options.transform_depth,
         )
         threads = options.io_queue_depth
         if self.packing is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
 
-from helpers import make_table
+from helpers import FailOn, make_table
 
 
 def double(batch: pa.RecordBatch):
@@ -35,3 +35,65 @@ def test_stats_match_what_was_delivered(tmp_path, workers, transform):
     assert final["read_seconds"] > 0
     assert (final["transform_seconds"] > 0) == (transform is not None)
     assert json.loads(json.dumps(final)) == final
+
+
+PEER_ATTRIBUTES = (
+    "bytes_loaded",
+    "consumed_rows",
+    "fetch_time",
+    "prefetch_queue_depth",
+    "raw_queue_depth",
+    "rows_skipped",
+    "transform_time",
+    "unscanned_rows",
+)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_peer_attributes_count_what_was_read_and_delivered(tmp_path, workers):
+    """Drop-in: the eight observability attributes of ``lancedb.streaming`` are 0
+    before iteration, read-only, and agree with what was delivered after, with
+    the figures of worker processes summed in."""
+    uri = make_table(tmp_path / "t.lance", [50, 40, 30], deleted=[1, 2])
+    data = StreamingDataset(
+        uri,
+        num_splits=4,
+        block_rows=4,
+        shuffle_buffer_size=32,
+        transform=FailOn(7),
+        on_transform_error="skip",
+    )
+    assert {name: getattr(data, name) for name in PEER_ATTRIBUTES} == dict.fromkeys(PEER_ATTRIBUTES, 0)
+    with pytest.raises(AttributeError):
+        data.bytes_loaded = 1
+    loader = StreamingDataLoader(data, batch_size=4, num_workers=workers)
+    iterator = iter(loader)
+    delivered = len(next(iterator)["id"])
+    assert data.consumed_rows <= delivered and data.bytes_loaded > 0 and data.fetch_time > 0
+    delivered += sum(len(batch["id"]) for batch in iterator)
+    assert data.consumed_rows == delivered == 4 * data.split_length - 1  # row 7 was dropped
+    assert data.rows_skipped == 1 == data.stats()["rows_skipped"]
+    assert data.bytes_loaded == data.stats()["bytes_read"] and data.transform_time > 0
+    assert data.unscanned_rows == 0
+    assert data.raw_queue_depth >= 0 and data.prefetch_queue_depth >= 0
+
+
+@pytest.mark.parametrize("transform", [None, double])
+def test_the_queue_attributes_describe_the_running_iterator(tmp_path, transform):
+    """Drop-in: while an iterator is suspended mid-epoch, rows not yet requested,
+    waiting for the transform and ready add up to at most what is left; 0 after."""
+    uri = make_table(tmp_path / "t.lance", [400, 400])
+    data = StreamingDataset(
+        uri, num_splits=2, block_rows=8, shuffle_buffer_size=64, read_batch_size=8, transform=transform
+    )
+    iterator = iter(data)
+    for _ in range(100):  # 50 of each split's 400: inside the second window of 32
+        next(iterator)
+    held = data.unscanned_rows + data.raw_queue_depth + data.prefetch_queue_depth
+    assert 0 < data.unscanned_rows < 700 and held <= 700
+    if transform is not None:  # the rest of the current windows is raw or transformed ahead
+        assert data.raw_queue_depth + data.prefetch_queue_depth >= 2 * (64 - 56)
+    else:  # rows are converted when read: none ever waits for a transform
+        assert data.raw_queue_depth == 0
+    iterator.close()
+    assert data.raw_queue_depth == data.prefetch_queue_depth == data.unscanned_rows == 0
