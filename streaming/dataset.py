@@ -101,7 +101,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             asked per failing row (True drops the row, False raises). Dropped rows
             count as passed positions but not as samples, so resume stays exact
             when the transform fails the same way again; splits and ranks may then
-            yield unequal numbers of samples (see docs/limits.md).
+            yield unequal numbers of samples (see docs/limits.md). ``"replace"``
+            keeps every length: a failing row's sample is a copy of the nearest
+            good sample of its ``read_batch_size`` batch (the same copy on every
+            run and topology), so ranks take equal steps; recommended for
+            synchronous multi-rank training that must not stop on bad rows.
         connection_factory: ``factory(table_name)`` returning the LanceDB table in
             another process, instead of reopening the URI.
         worker_info_override: Testing hook replacing ``get_worker_info()``.

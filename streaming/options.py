@@ -92,8 +92,8 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ),
     (
         "on_transform_error",
-        lambda v: v in ("raise", "skip", "warn") or callable(v),
-        "'raise', 'skip', 'warn' or a callable handler(exception) -> bool",
+        lambda v: v in ("raise", "skip", "warn", "replace") or callable(v),
+        "'raise', 'skip', 'warn', 'replace' or a callable handler(exception) -> bool",
     ),
     ("evaluation", lambda v: isinstance(v, bool), "True or False"),
     (

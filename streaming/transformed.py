@@ -13,6 +13,7 @@ first sample costs one transformed batch per split, and memory holds at most
 from __future__ import annotations
 
 import bisect
+import copy
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -29,7 +30,8 @@ from .stats import Counters
 __all__ = ["OnError", "Transformer", "TransformedRows"]
 
 OnError = str | Callable[[Exception], bool]
-"""``"raise"``, ``"skip"``, ``"warn"`` or ``handler(exception) -> bool`` (True drops the row)."""
+"""``"raise"``, ``"skip"``, ``"warn"``, ``"replace"`` or ``handler(exception) -> bool``
+(True drops the row)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Transformer:
                 skipped.append(index)
                 samples.append(None)
         self.counters.add(dropped=len(skipped))
+        if failures and self.on_error == "replace":
+            return _Done(_replaced(samples, skipped, failures[0]), [])
         if failures and self.on_error == "warn":
             warnings.warn(
                 f"transform {_qualname(self.transform)} failed on {len(failures)} of {batch.num_rows} "
@@ -190,6 +194,23 @@ class TransformedRows:
             if isinstance(entry, Future):
                 entry.cancel()
         self._batches.clear()
+
+
+def _replaced(samples: list[Any], skipped: list[int], first: Exception) -> list[Any]:
+    """``samples`` with each dropped row replaced by a copy of the nearest kept sample
+    of the batch after it (else before it): the same choice on every run."""
+    bad = set(skipped)
+    kept = [index for index in range(len(samples)) if index not in bad]
+    if not kept:
+        raise RuntimeError(
+            f"on_transform_error='replace': the transform failed on every row of a batch of "
+            f"{len(samples)} rows, so no row can stand in for them (first error: {first!r}); "
+            "fix the transform, or filter the bad rows out with filter="
+        ) from first
+    for index in skipped:
+        source = kept[min(bisect.bisect_left(kept, index), len(kept) - 1)]
+        samples[index] = copy.deepcopy(samples[source])
+    return samples
 
 
 def _apply(transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch) -> list[Any]:

@@ -25,6 +25,8 @@ from streaming import (
     save_state_dict,
 )
 
+from helpers import FailOnIds  # this script runs from the tests folder
+
 NUM_SPLITS = 12
 
 
@@ -43,6 +45,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--stop-after", type=int, default=0, help="stop after this many steps in total")
     parser.add_argument("--kill-at", type=int, default=0, help="rank 0 SIGKILLs itself after this step")
+    parser.add_argument("--fail-ids", default="", help="comma-separated ids the transform fails on")
+    parser.add_argument("--on-error", default="raise", help="on_transform_error")
     return parser.parse_args()
 
 
@@ -58,8 +62,16 @@ def main() -> None:
     resume = json.loads(args.resume.read_text()) if args.resume else None
     seed = resume["state"]["shuffle_seed"] if resume else args.seed
     epoch = resume["state"]["epoch"] if resume else 0
+    failing = [int(i) for i in args.fail_ids.split(",") if i]
     data = StreamingDataset(
-        args.uri, num_splits=NUM_SPLITS, shuffle_seed=seed, epoch=epoch, block_rows=4, shuffle_buffer_size=96
+        args.uri,
+        num_splits=NUM_SPLITS,
+        shuffle_seed=seed,
+        epoch=epoch,
+        block_rows=4,
+        shuffle_buffer_size=96,
+        transform=FailOnIds(failing) if failing else None,
+        on_transform_error=args.on_error,
     )  # rank and world size come from the process group
     loader = StreamingDataLoader(data, batch_size=args.batch, num_workers=args.workers, timeout=120)
     if resume:

@@ -143,3 +143,17 @@ class FailOn:
 def plain_transform(batch: pa.RecordBatch) -> list[dict[str, Any]]:
     """A picklable transform that changes nothing (it turns off the vectorised path)."""
     return batch.to_pylist()
+
+
+class FailOnIds:
+    """A picklable transform that raises on a batch holding any of ``bad_ids``."""
+
+    def __init__(self, bad_ids: Iterable[int]) -> None:
+        self.bad_ids = frozenset(bad_ids)
+
+    def __call__(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        rows = batch.to_pylist()
+        failing = [row["id"] for row in rows if row["id"] in self.bad_ids]
+        if failing:
+            raise ValueError(f"cannot handle rows {failing}")
+        return rows

@@ -180,3 +180,31 @@ def test_gather_at_every_step_including_the_last_round_resumes_with_equal_ranks(
     assert not planned(uri, 9) - total, "samples lost"
     replayed = sum((total - planned(uri, 9)).values())
     assert replayed <= (3 - 1) * 7 + 3 * (2 - 1), f"{replayed} samples replayed, over the bound"
+
+
+def test_replace_keeps_ranks_in_step_when_their_transforms_fail_on_different_rows(uri, tmp_path):
+    """Two gloo ranks with two workers each, whose transforms fail on different rows:
+    with ``on_transform_error="replace"`` every rank takes every step (the per-step
+    all-reduce would hang otherwise), no bad row is delivered, and a checkpoint
+    resumed on three ranks gives the stream of the uninterrupted run."""
+    failing = {3, 10, 17, 24, 31}
+
+    def rank_ids(rank: int) -> set[int]:
+        settings = {"block_rows": 4, "shuffle_buffer_size": 96, "shuffle_seed": 4}
+        return set(ids_of(StreamingDataset(uri, num_splits=NUM_SPLITS, rank=rank, world_size=2, **settings)))
+
+    drops = [len(failing & rank_ids(rank)) for rank in range(2)]
+    assert drops[0] != drops[1], "the ranks must fail on different numbers of rows"
+    options = {"workers": 2, "batch": 6, "seed": 4, "fail_ids": ",".join(map(str, sorted(failing)))}
+    whole = tmp_path / "whole"
+    launch(uri, whole, 2, on_error="replace", **options)
+    steps = Counter(record["step"] for record in delivered(whole))
+    assert set(steps.values()) == {2}, "every rank takes every step"
+    full = Counter(ids(delivered(whole)))
+    assert not failing & set(full) and sum(full.values()) == sum(planned(uri, 4).values())
+    first = tmp_path / "first"
+    launch(uri, first, 2, on_error="replace", checkpoint_every=5, stop_after=10, **options)
+    second = tmp_path / "second"
+    launch(uri, second, 3, on_error="replace", resume=first / "checkpoint.json", **{**options, "workers": 1})
+    assert set(Counter(record["step"] for record in delivered(second)).values()) == {3}
+    assert Counter(ids(delivered(first))) + Counter(ids(delivered(second))) == full

@@ -52,12 +52,12 @@ def uri(tmp_path_factory) -> str:
 
 def dataset(uri: str, on_error="skip", **kwargs) -> StreamingDataset:
     kwargs.setdefault("num_splits", NUM_SPLITS)
+    kwargs.setdefault("read_batch_size", 4)
     return StreamingDataset(
         uri,
         shuffle_seed=5,
         block_rows=4,
         shuffle_buffer_size=32,
-        read_batch_size=4,
         transform=FailOnBad(),
         on_transform_error=on_error,
         **kwargs,
@@ -200,3 +200,34 @@ def test_a_handler_that_cannot_be_pickled_is_refused_before_workers_start(uri, m
     data = dataset(uri, lambda error: True)
     with pytest.raises(TypeError, match=r"on_transform_error .*<lambda> cannot be pickled"):
         iter(loader(data, 2, multiprocessing_context=method))
+
+
+# -- on_transform_error="replace": equal lengths ------------------------------------
+
+
+def test_replace_keeps_every_length_with_copies_of_good_rows_of_the_batch(uri):
+    """A failing row's sample is a copy of a good sample of its batch: every split
+    yields L samples, no bad row is delivered, every good row comes at least once."""
+    plan = planned(uri)
+    got = ids_of(dataset(uri, "replace"))
+    assert len(got) == len(plan) and not any(bad(i) for i in got)
+    assert set(got) == set(good(plan))
+    assert len(got) - len(set(got)) == len(plan) - len(good(plan)), "one copy per failing row"
+    again = dataset(uri, "replace", transform_parallelism=3, transform_queue_depth=1)
+    assert ids_of(again) == got, "the same copies on every run, whatever the threads"
+
+
+def test_replace_keeps_ranks_equal_and_resumes_exactly(uri):
+    """Ranks yield equal lengths whatever each drops, and resume from every position
+    gives the same stream as one run."""
+    assert {len(dataset(uri, "replace", rank=rank, world_size=2)) for rank in range(2)} == {
+        NUM_SPLITS // 2 * dataset(uri).split_length
+    }
+    check_resume_everywhere(lambda: dataset(uri, "replace"), prefixes=range(0, 163, 5))
+
+
+def test_replace_refuses_a_batch_that_fails_on_every_row(uri):
+    """With no good row in a batch there is nothing to copy: a clear error, not a hole."""
+    data = dataset(uri, "replace", read_batch_size=1)
+    with pytest.raises(RuntimeError, match=r"failed on every row of a batch of 1 rows"):
+        ids_of(data)
