@@ -123,7 +123,9 @@ def test_a_broken_transform_contract_is_never_skipped(uri):
 
 @pytest.mark.parametrize("value", ["ignore", 3, None])
 def test_unknown_settings_are_refused(uri, value):
-    with pytest.raises(ValueError, match=r"on_transform_error must be 'raise', 'skip', 'warn' or a callable"):
+    with pytest.raises(
+        ValueError, match=r"on_transform_error must be 'raise', 'skip', 'warn', 'replace' or a callable"
+    ):
         dataset(uri, value)
 
 
