@@ -31,10 +31,16 @@ def dataset(uri: str, **kwargs) -> StreamingDataset:
     )
 
 
-def every_step(uri: str, workers: int, batch: int) -> tuple[list[list[int]], list[dict]]:
+def every_step(
+    uri: str, workers: int, batch: int, context: str | None = None
+) -> tuple[list[list[int]], list[dict]]:
     """The batches of one epoch and ``loader.state_dict()`` after each of them."""
     run = StreamingDataLoader(
-        dataset(uri), batch_size=batch, num_workers=workers, timeout=120 if workers else 0
+        dataset(uri),
+        batch_size=batch,
+        num_workers=workers,
+        timeout=120 if workers else 0,
+        multiprocessing_context=context,
     )
     batches, states = [], []
     for item in run:
@@ -43,9 +49,13 @@ def every_step(uri: str, workers: int, batch: int) -> tuple[list[list[int]], lis
     return batches, states
 
 
-@pytest.mark.parametrize(("workers", "batch"), [(0, 7), (2, 7), (3, 7), (4, 5), (2, 12)])
-def test_every_state_merges_keeps_ranks_equal_and_replays_within_the_bound(uri, workers, batch):
-    batches, states = every_step(uri, workers, batch)
+@pytest.mark.parametrize(
+    ("workers", "batch", "context"),
+    [(0, 7, None), (2, 7, None), (3, 7, None), (4, 5, None), (2, 12, None), (3, 5, "spawn")],
+)
+def test_every_state_merges_keeps_ranks_equal_and_replays_within_the_bound(uri, workers, batch, context):
+    """Forkserver (the default) and spawn workers; k = 0, 2, 3, 4."""
+    batches, states = every_step(uri, workers, batch, context)
     w = max(1, workers)
     m = NUM_SPLITS // w
     bound = (w - 1) * batch + (w * (m - 1) if batch % m else 0)
