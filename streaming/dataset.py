@@ -6,7 +6,7 @@ import logging
 import numbers
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -121,6 +121,12 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             position 0 of its epoch and delivers every planned row of the rank once,
             however the previous pass ended; it keeps no resumable position
             (``state_dict()`` and ``load_state_dict()`` raise ``RuntimeError``).
+        endless: Never end: when this rank's epoch is fully delivered, the same
+            iterator moves into the next epoch (re-planned, new shuffle, same
+            snapshot), as step-based training wants. ``len()`` raises
+            ``TypeError``; the state records the epoch and counts as usual, so a
+            resume is exact across epochs. ``loader.sampler.set_epoch`` (what
+            frameworks call) is ignored; ``set_epoch`` itself still moves it.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -160,6 +166,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
         tag_snapshot: bool = False,
         evaluation: bool = False,
+        endless: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
         check_handle_options(
@@ -226,16 +233,36 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         if num_workers > 1:
             splits = worker_splits(splits, worker=group, num_workers=num_workers, world_size=self.world_size)
         self._iterating = (worker, (group, num_workers), tuple(splits))
-        stream = self._view.stream(
+        if self._options.endless and not self._for_loader:
+            stream = self._endless(splits)
+        else:  # a StreamingDataLoader moves an endless dataset on between its epochs
+            stream = self._stream(splits)
+        iterator = Samples(stream, "iter(dataset)")
+        self._live.hold(iterator)
+        return iterator
+
+    def _stream(self, splits: list[int]) -> Generator[Any, None, None]:
+        return self._view.stream(
             self._options,
             splits,
             self._ledger.cursor,
             counters=self._counters,
             batch_rows=self._loader_batch_rows,
         )
-        iterator = Samples(stream, "iter(dataset)")
-        self._live.hold(iterator)
-        return iterator
+
+    def _endless(self, splits: list[int]) -> Generator[Any, None, None]:
+        """This epoch's rest, then every later epoch's samples, without end."""
+        while True:
+            yield from self._stream(splits)
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        """Move an endless dataset into the next epoch (the iterator stays live)."""
+        _LOG.info(
+            "endless dataset of rank %d moves from epoch %d to %d", self.rank, self.epoch, self.epoch + 1
+        )
+        self._view = self._view.for_epoch(self._options, self.epoch + 1)
+        self._restart()
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch``: a no-op for the current epoch, else counts restart at 0.
@@ -253,7 +280,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         epoch = as_epoch(epoch)
         if epoch == self.epoch:
             return
-        left, whole = len(self), sum(self._remaining(whole=True)[split] for split in self._rank_splits)
+        left, whole = self._left(), sum(self._remaining(whole=True)[split] for split in self._rank_splits)
         closed = self._live.close_live(f"set_epoch({epoch})", anything_left=left > 0)
         if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
             _LOG.info(
@@ -302,10 +329,12 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         """Close the live iterator (superseded by ``description``; ``None`` in a worker
         process, which has none); restart an evaluation pass or warn an ended epoch."""
         if description is not None:
-            self._live.close_live(f"a new iterator ({description})", anything_left=len(self) > 0)
+            self._live.close_live(f"a new iterator ({description})", anything_left=self._left() > 0)
         if self._options.evaluation:
             self._restart()
-        elif len(self) == 0:
+        elif self._left() == 0 and self._options.endless:
+            self._next_epoch()
+        elif self._left() == 0:
             warnings.warn(
                 f"epoch {self.epoch} was already fully delivered, so this iterator yields "
                 f"nothing; call set_epoch({self.epoch + 1}) to move on (a validation loader, "
@@ -319,7 +348,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         own ``iter(dataset)`` with ``num_workers=0``)."""
         inner = self._live.current()
         self._live.hold(iterator)
-        return inner
+        return None if inner is iterator else inner  # an endless loader's next epoch: no wrap
 
     @contextmanager
     def _shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:

@@ -62,8 +62,10 @@ class _EpochSampler(Sampler[None]):
             yield None
 
     def set_epoch(self, epoch: int) -> None:
-        """Forward to ``StreamingDataset.set_epoch``."""
-        self._dataset.set_epoch(epoch)
+        """Forward to ``StreamingDataset.set_epoch``; ignored for an endless dataset,
+        whose epochs are its own (a framework's epoch counter stays at 0 there)."""
+        if not self._dataset.endless:
+            self._dataset.set_epoch(epoch)
 
 
 def _check_dataset(dataset: object) -> StreamingDataset:
@@ -269,13 +271,24 @@ class StreamingDataLoader(DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """Yield batches; each one's progress is committed as it is returned.
 
-        Closes an older iterator of the same dataset that has not finished.
+        Closes an older iterator of the same dataset that has not finished. With an
+        endless dataset, each epoch ends with its last (possibly short) batches and
+        the same iterator goes on with the next epoch's, on new worker processes.
         """
         dataset = self._streaming
         if self.num_workers > 0:
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
         dataset._start_iteration("iter(loader)")
+        return _Committing(self)
+
+    def _begin(self, iterator: _Committing) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
+        """Start the DataLoader iterator of the dataset's current epoch for ``iterator``.
+
+        Returns the batches, their shared-memory channel, and the dataset's own
+        iterator (``num_workers=0``) that ``iterator`` wraps.
+        """
+        dataset = self._streaming
         if self._preload:
             _compat.forkserver_preload(self.multiprocessing_context, _PRELOAD)
         channel = None
@@ -285,9 +298,7 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_rows = self.batch_size if self._columnar and self.batch_size else 0
         with dataset._shipping(batch_rows=batch_rows, num_workers=self.num_workers):
             batches = super().__iter__()
-        iterator = _Committing(batches, self, channel)
-        iterator.inner = dataset._hold(iterator)  # with num_workers=0, the dataset's own iterator
-        return iterator
+        return batches, channel, dataset._hold(iterator)
 
     def __len__(self) -> int:
         """Batches the next iteration yields, counting every worker's short last batch.
@@ -295,10 +306,19 @@ class StreamingDataLoader(DataLoader[Any]):
         With ``len_counts="epoch"``: the batches of this rank's whole epoch instead,
         however much of it was delivered (as torchdata and Lightning count), plus
         ``replay_allowance()``.
+
+        Raises:
+            TypeError: an endless dataset without ``len_counts="epoch"``.
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
         workers = max(1, self.num_workers)
         whole = self._len_counts == "epoch"
+        if dataset.endless and not whole:
+            raise TypeError(
+                "the loader of an endless StreamingDataset has no len(): it moves into the next "
+                "epoch by itself; pass len_counts='epoch' for the batches of one epoch (what "
+                "Lightning needs to fetch no batch ahead), or count steps"
+            )
         remaining = dataset._remaining(whole=whole)
         total = self.replay_allowance() if whole else 0
         for worker in range(workers):
@@ -363,21 +383,21 @@ def _release(batches: Iterator[Any], channel: transfer.Channel | None, *, num_wo
 class _Committing(Guarded):
     """Unwraps each batch and commits its worker's report on the way out."""
 
-    def __init__(
-        self,
-        batches: Iterator[Any],
-        loader: StreamingDataLoader,
-        channel: transfer.Channel | None,
-    ) -> None:
+    def __init__(self, loader: StreamingDataLoader) -> None:
         super().__init__("iter(loader)")
-        self._batches = batches
         self._loader = loader
         self._dataset = loader._streaming
-        self._channel = channel
         self._busy = False
-        self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
+        self._begin()
+
+    def _begin(self) -> None:
+        """Start the current epoch's batches (its worker processes, with workers)."""
+        self._batches, channel, inner = self._loader._begin(self)
+        self.inner: Guarded | None = inner  # num_workers=0: the dataset's own iterator
         # unmaps the workers' shared memory however this iterator ends, even unclosed
-        self._finalizer = weakref.finalize(self, _release, batches, channel, num_workers=loader.num_workers)
+        self._finalizer = weakref.finalize(
+            self, _release, self._batches, channel, num_workers=self._loader.num_workers
+        )
 
     @property
     def busy(self) -> bool:
@@ -386,22 +406,34 @@ class _Committing(Guarded):
 
     def _advance(self) -> Any:
         self._busy = True
-        # num_workers=0: the dataset's own iterator moves the cursor as the batch is
-        # drawn, so a batch that fails part way must put it back
-        before = self._dataset._position() if self.inner is not None else None
         try:
-            item: WorkerBatch = next(self._batches)
-            batch = item.unwrap()  # before the commit: a batch that failed here was not delivered
-        except BaseException:
-            if before is not None and self.inner is not None:
-                self.inner.close()  # folds the stride it was in
-                self._dataset._rewind(before)
-            raise
+            item, batch = self._draw()
         finally:
             self._busy = False
         if item.report is not None:
             self._dataset._commit(item.report)
         return batch
+
+    def _draw(self) -> tuple[WorkerBatch, Any]:
+        """The next batch, moving an endless dataset into its next epoch when one ends."""
+        while True:
+            # num_workers=0: the dataset's own iterator moves the cursor as the batch is
+            # drawn, so a batch that fails part way must put it back
+            before = self._dataset._position() if self.inner is not None else None
+            try:
+                item: WorkerBatch = next(self._batches)
+                return item, item.unwrap()  # unwrapped before the commit: a failure here was not delivered
+            except StopIteration:
+                if not self._dataset.endless:
+                    raise
+            except BaseException:
+                if before is not None and self.inner is not None:
+                    self.inner.close()  # folds the stride it was in
+                    self._dataset._rewind(before)
+                raise
+            self._release()
+            self._dataset._next_epoch()
+            self._begin()
 
     def _release(self) -> None:
         if self.inner is not None:

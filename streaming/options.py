@@ -96,6 +96,7 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         "'raise', 'skip', 'warn', 'replace' or a callable handler(exception) -> bool",
     ),
     ("evaluation", lambda v: isinstance(v, bool), "True or False"),
+    ("endless", lambda v: isinstance(v, bool), "True or False"),
     (
         "columns",
         lambda v: (
@@ -140,6 +141,7 @@ class Options:
     pad_id: int | None = None
     blocks_per_epoch: int | str | None = None
     evaluation: bool = False
+    endless: bool = False
 
     @property
     def clump_rows(self) -> int:
@@ -233,5 +235,10 @@ def check_options(values: dict[str, Any]) -> Options:
     if values["rank"] >= values["world_size"]:
         raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
     _check_packing(values)
+    if values["endless"] and values["evaluation"]:
+        raise ValueError(
+            "endless=True and evaluation=True exclude each other: an evaluation pass ends "
+            "with its epoch; pass one of them"
+        )
     columns = values["columns"]
     return Options(**{**values, "columns": tuple(columns) if columns is not None else None})

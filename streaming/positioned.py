@@ -112,8 +112,26 @@ class PositionedDataset:
         """Splits of this rank: rank, rank + world_size, ..."""
         return list(self._rank_splits)
 
+    @property
+    def endless(self) -> bool:
+        """True for a dataset that moves into the next epoch by itself."""
+        return self._options.endless
+
     def __len__(self) -> int:
-        """Samples (or packed blocks) the next iterator of this rank will yield."""
+        """Samples (or packed blocks) the next iterator of this rank will yield.
+
+        Raises:
+            TypeError: an endless dataset, which has no length.
+        """
+        if self._options.endless:
+            raise TypeError(
+                "an endless StreamingDataset has no len(): it moves into the next epoch by "
+                "itself; count steps instead (Lightning: max_steps)"
+            )
+        return self._left()
+
+    def _left(self) -> int:
+        """Samples (or packed blocks) of this rank left in this epoch."""
         remaining = self._remaining()
         return sum(remaining[split] for split in self._rank_splits)
 

@@ -47,6 +47,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--kill-at", type=int, default=0, help="rank 0 SIGKILLs itself after this step")
     parser.add_argument("--fail-ids", default="", help="comma-separated ids the transform fails on")
     parser.add_argument("--on-error", default="raise", help="on_transform_error")
+    parser.add_argument("--endless", action="store_true", help="one endless run (needs --stop-after)")
     return parser.parse_args()
 
 
@@ -72,19 +73,20 @@ def main() -> None:
         shuffle_buffer_size=96,
         transform=FailOnIds(failing) if failing else None,
         on_transform_error=args.on_error,
+        endless=args.endless,
     )  # rank and world size come from the process group
     loader = StreamingDataLoader(data, batch_size=args.batch, num_workers=args.workers, timeout=120)
     if resume:
         load_state_dict(loader, resume["state"])
     log = (args.out / f"rank{args.rank}.jsonl").open("a")
     step = resume["step"] if resume else 0
-    for current in range(epoch, args.epochs):
+    for current in range(epoch, epoch + 1 if args.endless else args.epochs):
         loader.set_epoch(current)
         for batch in loader:
             step += 1
             ids = batch["id"].tolist()
             log.write(
-                json.dumps({"step": step, "epoch": current, "ids": ids, "seed": data.shuffle_seed}) + "\n"
+                json.dumps({"step": step, "epoch": data.epoch, "ids": ids, "seed": data.shuffle_seed}) + "\n"
             )
             log.flush()
             count = torch.tensor([len(ids)])

@@ -36,7 +36,11 @@ def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
     """Start ``world_size`` rank processes like torchrun would; return their exit codes."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    flags = [f"--{name.replace('_', '-')}={value}" for name, value in options.items() if value is not None]
+    flags = [
+        f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
+        for name, value in options.items()
+        if value is not None
+    ]
     processes = [
         subprocess.Popen(
             [
@@ -208,3 +212,27 @@ def test_replace_keeps_ranks_in_step_when_their_transforms_fail_on_different_row
     launch(uri, second, 3, on_error="replace", resume=first / "checkpoint.json", **{**options, "workers": 1})
     assert set(Counter(record["step"] for record in delivered(second)).values()) == {3}
     assert Counter(ids(delivered(first))) + Counter(ids(delivered(second))) == full
+
+
+def test_endless_ranks_cross_epochs_at_the_same_step_and_resume_on_another_world_size(uri, tmp_path):
+    """G15: two gloo ranks with two workers each train an endless dataset into its
+    second epoch; every step has the same epoch on every rank; a checkpoint taken in
+    the second epoch resumes on three ranks, which finish it exactly and go on."""
+    options = {"batch": 6, "seed": 8, "endless": True}
+    first = tmp_path / "first"
+    launch(uri, first, 2, workers=2, checkpoint_every=1, stop_after=42, **options)
+    records = delivered(first)
+    epochs = {}
+    for record in records:
+        epochs.setdefault(record["step"], set()).add(record["epoch"])
+    assert all(len(seen) == 1 for seen in epochs.values()), "ranks crossed at different steps"
+    # 12 splits of 25: a worker's 3 splits give 75 samples, 13 batches of 6 (the last short)
+    assert epochs[26] == {0} and epochs[27] == {1}, "an epoch is 26 steps on every rank"
+    second = tmp_path / "second"
+    launch(uri, second, 3, workers=1, stop_after=56, resume=first / "checkpoint.json", **options)
+    resumed = delivered(second)
+    assert set(Counter(record["step"] for record in resumed).values()) == {3}
+    total = Counter(ids(records, epoch=1)) + Counter(ids(resumed, epoch=1))
+    assert total == planned(uri, 8, epoch=1), "epoch 1 not exactly once across the resume"
+    by_step = {record["step"]: record["epoch"] for record in resumed}
+    assert [by_step[step] for step in sorted(by_step)] == [1] * 6 + [2] * 8, "36 samples per rank left"

@@ -330,3 +330,44 @@ def test_lightning_validation_loader_with_val_check_interval(uri, workers, tmp_p
     assert len(model.passes) == 1 + 3, "passes after steps 5, 10 and 15"
     for index, seen in enumerate(model.passes[1:], start=1):
         assert sorted(seen) == every_row, f"validation pass {index}"
+
+
+class Endless(Model):
+    """The same model on an endless loader: Lightning counts steps, never epochs."""
+
+    def __init__(self, uri: str, workers: int) -> None:
+        super().__init__(uri, workers)
+        data = StreamingDataset(
+            uri, num_splits=NUM_SPLITS, shuffle_seed=3, block_rows=4, shuffle_buffer_size=32, endless=True
+        )
+        timeout = 120 if workers else 0
+        self.loader = StreamingDataLoader(
+            data, batch_size=BATCH, num_workers=workers, timeout=timeout, len_counts="epoch"
+        )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lightning_max_steps_across_epochs_of_an_endless_loader_resumes_exactly(uri, workers, tmp_path):
+    """G15: ``max_steps=40`` runs through more than two epochs (15 batches with k=0, 16
+    with k=2; ``len_counts="epoch"``, so Lightning fetches no batch ahead); a crash
+    after step 22 resumed from the step-20 checkpoint (in the second epoch) gives
+    the batches of the uninterrupted run."""
+
+    reference = Endless(uri, workers)
+    plain_trainer(tmp_path / "reference", max_steps=40, enable_checkpointing=False).fit(reference)
+    assert len(reference.seen) == 40
+    per_epoch = len(StreamingDataLoader(dataset(uri), batch_size=BATCH, num_workers=workers))
+    for epoch in (0, 1):
+        trained = reference.seen[epoch * per_epoch : (epoch + 1) * per_epoch]
+        assert sorted(i for batch in trained for i in batch) == sorted(ids_of(dataset(uri, epoch=epoch)))
+    every = lightning.pytorch.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, every_n_train_steps=4, save_top_k=-1, filename="{step}"
+    )
+    crashed = Endless(uri, workers)
+    with pytest.raises(Crash):
+        plain_trainer(tmp_path, max_steps=40, callbacks=[every, CrashAfter(22)]).fit(crashed)
+    resumed = Endless(uri, workers)
+    plain_trainer(tmp_path, max_steps=40, enable_checkpointing=False).fit(
+        resumed, ckpt_path=tmp_path / "step=20.ckpt"
+    )
+    assert crashed.seen[:20] + resumed.seen == reference.seen
