@@ -15,7 +15,10 @@ Every wait of the iterator for a worker's message goes through ``Supervisor``
   ``/dev/shm`` until the iterator is freed, and a SIGKILL of the whole job (what a
   scheduler does) leaves them there for good. A worker opens them all when it
   starts, before it can send anything, so once every worker has sent a message or
-  died, no process will open them again: the names are removed then.
+  died, no process will open them again: the names are removed then. Any message
+  counts (a batch, an error, the end of its splits), so a worker with nothing to
+  deliver does not keep the names; the trainer learns of a worker's
+  ``worker_init_fn`` only through such a message anyway.
 
 Pure bookkeeping on top of ``_compat``; the data and its order are not touched.
 """
