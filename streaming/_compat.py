@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import multiprocessing.context
 import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import multiprocessing.synchronize
+import multiprocessing.util
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
+    "delivering_workers",
+    "forget_semaphore_names",
     "forkserver_preload",
+    "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
+    "queue_semaphores",
+    "sender",
     "shared_memory_fd",
     "shutdown_workers",
     "worker_processes",
 ]
+
+Receive = Callable[[float], "tuple[bool, Any]"]
+"""One wait of at most the given seconds for a worker's message: (received, message)."""
 
 
 def pin_memory(data: Any, device: str | None = None) -> Any:
@@ -69,3 +82,109 @@ def shared_memory_fd(memory: Any) -> int:
     SIGBUS on a later write)."""
     fd: int = memory._fd
     return fd
+
+
+def intercept_receive(iterator: Any, receive: Callable[[Receive, float], tuple[bool, Any]]) -> None:
+    """``_MultiProcessingDataLoaderIter._try_get_data(timeout)``: route every wait of
+    ``iterator`` for a worker's message through ``receive(original, timeout)``.
+
+    torch waits there for ``timeout`` (or 5 s with ``timeout=0``) before it checks
+    whether a worker died. ``original`` waits once, for the seconds it is given,
+    and raises torch's ``RuntimeError`` when a worker has died. The iterator is held
+    weakly, so it is still freed (and its workers stopped) when it is dropped.
+    """
+    original = type(iterator)._try_get_data
+    reference = weakref.ref(iterator)
+
+    def once(wait: float) -> tuple[bool, Any]:
+        result: tuple[bool, Any] = original(reference(), wait)
+        return result
+
+    from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
+
+    def intercepted(timeout: float = MP_STATUS_CHECK_INTERVAL) -> tuple[bool, Any]:
+        return receive(once, timeout)
+
+    iterator._try_get_data = intercepted
+
+
+def sender(iterator: Any, message: Any) -> int | None:
+    """``_MultiProcessingDataLoaderIter._task_info``: the id of the worker that sent
+    ``message`` (``(task index, data)``, as ``_try_get_data`` returns it), or None."""
+    task = getattr(iterator, "_task_info", {}).get(message[0]) if isinstance(message, tuple) else None
+    return int(task[0]) if task else None
+
+
+def delivering_workers(iterator: Any) -> list[int]:
+    """``_MultiProcessingDataLoaderIter._workers_status``: the ids of the workers torch
+    still waits on (not exhausted, not found dead, not shut down)."""
+    return [worker for worker, active in enumerate(getattr(iterator, "_workers_status", [])) if active]
+
+
+def _semaphores_in(value: Any, depth: int, found: dict[int, Any]) -> None:
+    if isinstance(value, multiprocessing.synchronize.SemLock):
+        found[id(value)] = value
+    elif depth > 0 and type(value).__module__.startswith("multiprocessing."):
+        for inner in getattr(value, "__dict__", {}).values():
+            _semaphores_in(inner, depth - 1, found)
+
+
+def queue_semaphores(iterator: Any) -> list[Any]:
+    """The ``multiprocessing.synchronize.SemLock`` objects of an iterator's queues.
+
+    ``_MultiProcessingDataLoaderIter._worker_result_queue``, ``_index_queues`` and
+    ``_workers_done_event`` hold them in private attributes (a ``Queue``'s ``_rlock``,
+    ``_wlock`` and ``_sem``; an ``Event``'s ``_flag`` and its ``Condition``'s four),
+    found here by walking the multiprocessing objects, so a renamed one is still found.
+    """
+    roots = [
+        getattr(iterator, "_worker_result_queue", None),
+        getattr(iterator, "_workers_done_event", None),
+        *getattr(iterator, "_index_queues", []),
+    ]
+    found: dict[int, Any] = {}
+    for root in roots:
+        _semaphores_in(root, 3, found)
+    return list(found.values())
+
+
+def _stdlib_unlinkers(names: set[str]) -> dict[str, Any]:
+    """``multiprocessing.util._finalizer_registry``: the ``Finalize`` that
+    ``SemLock.__init__`` registers to unlink each name (callback ``SemLock._cleanup``)."""
+    cleanup = getattr(multiprocessing.synchronize.SemLock, "_cleanup", None)
+    registry = getattr(multiprocessing.util, "_finalizer_registry", {})
+    unlinkers = {}
+    for finalizer in list(registry.values()):
+        arguments = getattr(finalizer, "_args", None) or (None,)
+        if getattr(finalizer, "_callback", None) is cleanup and arguments[0] in names:
+            unlinkers[arguments[0]] = finalizer
+    return unlinkers
+
+
+def forget_semaphore_names(locks: Iterable[Any]) -> int:
+    """Remove the ``/dev/shm`` names of ``locks`` now; return how many were removed.
+
+    A POSIX semaphore lives on while processes have it open; its name is needed
+    only by a process that has yet to open it. Under spawn and forkserver
+    ``SemLock`` keeps the name (``_semlock.name``) until a finalizer unlinks it, so
+    a SIGKILL of the whole job leaves it behind. This unlinks it
+    (``_multiprocessing.sem_unlink``), tells the resource tracker
+    (``resource_tracker.unregister``) and cancels the stdlib finalizer, which would
+    unlink the name again later, by then perhaps another process's semaphore.
+    Call it only once every process that will open the locks has opened them.
+    """
+    from _multiprocessing import sem_unlink  # type: ignore[attr-defined]
+
+    names = {lock._semlock.name for lock in locks if lock._semlock.name is not None}
+    unlinkers = _stdlib_unlinkers(names)
+    removed = 0
+    for name in sorted(names):
+        try:
+            sem_unlink(name)
+        except OSError:  # already gone, or not ours to remove: leave it to the stdlib
+            continue
+        multiprocessing.resource_tracker.unregister(name, "semaphore")
+        if name in unlinkers:
+            unlinkers[name].cancel()
+        removed += 1
+    return removed

@@ -17,6 +17,7 @@ from . import _compat, transfer
 from .dataset import StreamingDataset
 from .lifecycle import Guarded
 from .plan import worker_splits
+from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
 __all__ = ["StreamingDataLoader"]
@@ -298,6 +299,7 @@ class StreamingDataLoader(DataLoader[Any]):
         batch_rows = self.batch_size if self._columnar and self.batch_size else 0
         with dataset._shipping(batch_rows=batch_rows, num_workers=self.num_workers):
             batches = super().__iter__()
+        supervise(batches, description="iter(loader)")  # dead workers, semaphore names
         return batches, channel, dataset._hold(iterator)
 
     def __len__(self) -> int:

@@ -82,3 +82,51 @@ def test_shared_memory_fd_is_the_segments_descriptor():
     finally:
         memory.close()
         memory.unlink()
+
+
+def forkserver_iterator():
+    loader = DataLoader(Numbers(), batch_size=2, num_workers=2, multiprocessing_context="forkserver")
+    return iter(loader)
+
+
+def test_intercept_receive_sees_every_wait_sender_names_the_worker_and_a_death_raises():
+    iterator = forkserver_iterator()
+    assert _compat.delivering_workers(iterator) == [0, 1]
+    senders, waits = [], []
+
+    def receive(once, timeout):
+        waits.append(once)
+        received, message = once(timeout)
+        if received:
+            senders.append(_compat.sender(iterator, message))
+        return received, message
+
+    _compat.intercept_receive(iterator, receive)
+    numbers = [int(value) for _ in range(5) for value in next(iterator)]
+    assert numbers == [0, 1, 0, 1, 2, 3, 2, 3, 4, 5], "each worker yields its own copy of the range"
+    assert set(senders) == {0, 1}, "_task_info no longer maps a message to its worker"
+    worker = _compat.worker_processes(iterator)[1]
+    worker.kill()
+    worker.join(timeout=30)
+    with pytest.raises(RuntimeError, match=str(worker.pid)):  # torch's own check, on an empty wait
+        for _ in range(1000):
+            waits[-1](0.01)
+    _compat.shutdown_workers(iterator)
+    assert _compat.delivering_workers(iterator) == [], "_workers_status still marks stopped workers"
+
+
+def test_queue_semaphores_are_the_named_semaphores_and_their_names_can_go_early():
+    iterator = forkserver_iterator()
+    next(iterator), next(iterator)  # both workers have started and opened the queues
+    locks = _compat.queue_semaphores(iterator)
+    names = [lock._semlock.name for lock in locks]
+    assert len(names) == 8 + 3 * 2, "result queue 3, done event 5, index queue 3 per worker"
+    files = [f"/dev/shm/sem.{name.lstrip('/')}" for name in names]
+    assert all(os.path.exists(file) for file in files)
+    assert len(_compat._stdlib_unlinkers(set(names))) == len(names), "SemLock's finalizers moved"
+    assert _compat.forget_semaphore_names(locks) == len(names)
+    assert not any(os.path.exists(file) for file in files), "sem_unlink left a name"
+    assert _compat._stdlib_unlinkers(set(names)) == {}, "the stdlib finalizer would unlink again"
+    rest = [int(value) for batch in iterator for value in batch]  # the queues work on
+    assert sorted(rest) == sorted([*range(2, 1000), *range(2, 1000)])
+    assert _compat.forget_semaphore_names([]) == 0
