@@ -1,4 +1,4 @@
-"""The issue 6 benchmark harness runs end to end (``--quick``) and reports every contender."""
+"""The benchmark harness runs end to end (``--quick``) and reports every contender."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ CONTENDER_LABELS = (
 )
 
 SECTIONS = (
-    "## Targets of issue 6",
+    "## Targets",
     "## Throughput",
     "## Sustained throughput",
     "## Start-up at scale",
