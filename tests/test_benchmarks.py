@@ -135,5 +135,5 @@ def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
         line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" not in line
     ]
     assert len(ratios) == 2 and all(line.count("PASS") + line.count("FAIL") == 2 for line in ratios), ratios
-    assert "transform_parallelism 4 / 1: " in text and "| 4 |" in text
+    assert "transform_parallelism 4 / 1, whole run: " in text and "| 4 |" in text
     assert "## Transforms" in done.stdout, "the section is printed too"
