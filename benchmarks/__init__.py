@@ -1,4 +1,4 @@
-"""Benchmarks of issue 6: throughput, start-up, resume, memory and mixing, side by side.
+"""Benchmarks: throughput, start-up, resume, memory and mixing, side by side.
 
 Run ``python -m benchmarks.bench`` from the repository root; ``--quick`` runs tiny
 sizes in well under a minute. Results go to stdout, ``docs/benchmarks.md`` and

@@ -1,4 +1,4 @@
-"""The throughput contenders of issue 6, each an iterator factory timed the same way.
+"""The throughput contenders, each an iterator factory timed the same way.
 
 Every factory builds its dataset/loader inside the timed region (so time to first
 batch includes construction, the peer's permutation and worker start-up) and

@@ -203,3 +203,37 @@ def reset_peak() -> int:
     except OSError:
         pass
     return proc_status_kib("VmRSS")
+
+
+def _children(pid: int) -> list[int]:
+    """Child pids of ``pid`` from ``/proc/PID/task/TID/children`` (empty once it exited)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                found += [int(child) for child in children.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def tree_rss_kib(pid: int | None = None) -> int:
+    """Resident memory of a process and all its live descendants (workers, a forkserver), in KiB.
+
+    A sum of ``VmRSS``: pages shared between processes (libraries) count once per process.
+    """
+    total, todo = 0, [os.getpid() if pid is None else pid]
+    while todo:
+        current = todo.pop()
+        try:
+            with open(f"/proc/{current}/status", encoding="ascii") as status:
+                match = re.search(r"^VmRSS:\s+(\d+) kB", status.read(), re.MULTILINE)
+        except OSError:
+            continue  # exited between the listing and the read
+        total += int(match.group(1)) if match else 0
+        todo += _children(current)
+    return total

@@ -1,4 +1,4 @@
-"""Turn measurements into Markdown tables, issue 6's PASS/FAIL targets and a bar chart."""
+"""Turn measurements into Markdown tables, the PASS/FAIL targets and a bar chart."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Results:
 
 @dataclass(frozen=True)
 class Target:
-    """One target of issue 6: the measured value against its bound."""
+    """One performance target: the measured value against its bound."""
 
     name: str
     measured: float | None
@@ -169,7 +169,7 @@ def _fields(section: dict[str, dict[str, Any]], top: str, bottom: str, name: str
 
 
 def targets(results: Results) -> list[Target]:
-    """Issue 6's targets, computed from this run's measurements."""
+    """The performance targets, computed from this run's measurements."""
     startup, resume, memory = results.startup, results.resume, results.memory
     default_mix = [row.ratio for row in results.mixing if row.block_rows == 64]
     return [

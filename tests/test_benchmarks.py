@@ -1,4 +1,4 @@
-"""The issue 6 benchmark harness runs end to end (``--quick``) and reports every contender."""
+"""The benchmark harness runs end to end (``--quick``) and reports every contender."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ CONTENDER_LABELS = (
 )
 
 SECTIONS = (
-    "## Targets of issue 6",
+    "## Targets",
     "## Throughput",
     "## Sustained throughput",
     "## Start-up at scale",
@@ -35,7 +35,8 @@ SECTIONS = (
 
 KEPT = (
     "<!-- packing:begin -->\npacked\n<!-- packing:end -->\n\n"
-    "<!-- transfer:begin -->\nsent\n<!-- transfer:end -->"
+    "<!-- transfer:begin -->\nsent\n<!-- transfer:end -->\n\n"
+    "<!-- transforms:begin -->\ntransformed\n<!-- transforms:end -->"
 )
 
 
@@ -110,3 +111,29 @@ def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
     rows = [line for line in text.splitlines() if line.startswith(("| raw", "| peer", "| ours"))]
     assert len(rows) == 3 and all("tokens" not in row.split("|")[3] for row in rows), rows
+
+
+def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    """Tiny tables, k=0 only (workers take seconds to start): every case measured, ratios printed."""
+    out = tmp_path / "b.md"
+    out.write_text("# Kept\n\n<!-- transforms:begin -->\nold\n<!-- transforms:end -->\n\n## Also kept\n")
+    command = ["benchmarks.transforms", "--rows", "512", "--image-rows", "256", "--workers", "0"]
+    done = subprocess.run(
+        [sys.executable, "-m", *command, "--seconds", "5", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    probes = [line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" in line]
+    assert [line.split("|")[2].strip() for line in probes] == ["peer, k=0", "ours, k=0"] * 2, probes
+    assert not [line for line in probes if "failed:" in line], probes
+    ratios = [
+        line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" not in line
+    ]
+    assert len(ratios) == 2 and all(line.count("PASS") + line.count("FAIL") == 2 for line in ratios), ratios
+    assert "transform_parallelism 4 / 1, whole run: " in text and "| 4 |" in text
+    assert "## Transforms" in done.stdout, "the section is printed too"

@@ -1,13 +1,20 @@
-"""Bad constructor input: clear errors naming the field, the value and the fix."""
+"""Bad input and first-day mistakes: clear errors naming the field, the value and the fix."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
+from pathlib import Path
+from typing import Any
 
+import lancedb
 import numpy as np
+import pyarrow as pa
 import pytest
 
-from streaming import StreamingDataset, load_state_dict
+import streaming
+from streaming import StreamingDataset, TransformContractError, load_state_dict
 
 from helpers import json_roundtrip, make_table
 
@@ -71,10 +78,29 @@ def test_missing_table_is_an_error(tmp_path):
         StreamingDataset(str(tmp_path / "missing.lance"))
 
 
-def test_an_empty_table_says_so(tmp_path):
-    uri = make_table(tmp_path / "t.lance", [5], deleted=range(5))
-    with pytest.raises(ValueError, match=r"no rows to plan: it is empty, or every row is deleted"):
-        StreamingDataset(uri)
+def _no_rows(kind: str, folder: Path) -> dict[str, Any]:
+    """Arguments of a dataset with nothing to plan: a table with no rows, all rows deleted, or a
+    filter that matches none."""
+    if kind == "no rows":
+        schema = pa.schema([("id", pa.int64()), ("x", pa.float32())])
+        return {"table": lancedb.connect(str(folder)).create_table("empty", schema=schema)}
+    if kind == "every row deleted":
+        return {"table": make_table(folder / "t.lance", [5, 3], deleted=range(8))}
+    return {"table": make_table(folder / "t.lance", [5, 3]), "filter": "id > 100"}
+
+
+@pytest.mark.parametrize("kind", ["no rows", "every row deleted", "filter matches nothing"])
+@pytest.mark.parametrize("num_splits", [None, 4])
+def test_a_table_without_rows_to_plan_says_so(tmp_path, kind, num_splits):
+    """Not "use num_splits <= 0": no number of splits would help, rows or the filter must change."""
+    kwargs = _no_rows(kind, tmp_path) | ({} if num_splits is None else {"num_splits": num_splits})
+    with pytest.raises(ValueError) as error:
+        StreamingDataset(**kwargs)
+    message = str(error.value)
+    assert (
+        "no rows to plan: it is empty, or every row is deleted, or the filter matches no live row" in message
+    )
+    assert "num_splits" not in message, message
 
 
 def test_numpy_integers_are_taken_for_every_integer_keyword(small_uri):
@@ -97,5 +123,51 @@ def test_a_whole_checkpoint_passed_as_a_state_names_the_key(small_uri):
 def test_a_damaged_checkpoint_file_is_named(small_uri, tmp_path):
     path = tmp_path / "checkpoint.json"
     path.write_text(json.dumps(StreamingDataset(small_uri, num_splits=2).state_dict())[:40])
-    with pytest.raises(ValueError, match=r"checkpoint.json is not a state written by save_state_dict"):
+    with pytest.raises(
+        ValueError, match=r"checkpoint.json is not a state written by save_state_dict"
+    ) as error:
         load_state_dict(StreamingDataset(small_uri, num_splits=2), path)
+    assert type(error.value) is ValueError, "a bare JSONDecodeError says neither which file nor what to do"
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"checkpoint.json holds a JSON list, not a state dict"):
+        load_state_dict(StreamingDataset(small_uri, num_splits=2), path)
+
+
+def test_a_broken_transform_raises_a_public_exception(small_uri):
+    data = StreamingDataset(small_uri, num_splits=2, transform=lambda batch: batch.to_pylist()[1:])
+    with pytest.raises(TransformContractError) as error:
+        list(data)
+    assert (
+        type(error.value) is TransformContractError and TransformContractError.__name__ in streaming.__all__
+    )
+
+
+def _exception_classes(path: Path, known: set[str]) -> list[str]:
+    """Classes of a module that derive from a built-in exception or from one of ``known``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases}
+        builtin = {name for name in bases if isinstance(getattr(builtins, name, None), type)}
+        if bases & known or any(issubclass(getattr(builtins, name), BaseException) for name in builtin):
+            found.append(node.name)
+    return found
+
+
+def test_no_private_exception_can_reach_users():
+    """Every exception or warning class the package defines anywhere is public and exported.
+
+    A private one (an internal ``_CountMismatch`` once reached users) would show its name in
+    tracebacks and could not be caught by name.
+    """
+    files = sorted(Path(streaming.__file__).parent.rglob("*.py"))
+    known: set[str] = set()
+    while True:  # classes deriving from the package's own exceptions, to a fixed point
+        found = {(path.name, name) for path in files for name in _exception_classes(path, known)}
+        if {name for _, name in found} <= known:
+            break
+        known |= {name for _, name in found}
+    assert known, "no exception class found: the scan is broken"
+    private = sorted(f"{file}:{name}" for file, name in found if name not in streaming.__all__)
+    assert not private, f"exception classes users cannot import from streaming: {private}"

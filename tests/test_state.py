@@ -158,7 +158,7 @@ def test_cleaned_up_version_is_a_clear_error(tmp_path):
     lance.dataset(uri).cleanup_old_versions(older_than=timedelta(0), delete_unverified=True)
     data = dataset(uri)
     with pytest.raises(
-        SnapshotGoneError, match=rf"version {first.version} of table .* no longer exists.*tags"
+        SnapshotGoneError, match=rf"version {first.version} of table .* no longer exists.*tag_snapshot=True"
     ):
         data.load_state_dict(state)
     assert data.state_dict()["table"]["version"] == data.version != first.version
