@@ -394,11 +394,11 @@ class _Committing(Guarded):
 
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, channel, inner = self._loader._begin(self)
+        self._batches, self._channel, inner = self._loader._begin(self)
         self.inner: Guarded | None = inner  # num_workers=0: the dataset's own iterator
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
-            self, _release, self._batches, channel, num_workers=self._loader.num_workers
+            self, _release, self._batches, self._channel, num_workers=self._loader.num_workers
         )
 
     @property
