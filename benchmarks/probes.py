@@ -75,18 +75,26 @@ def memory(table: TableRef) -> dict[str, Any]:
     }
 
 
-def run_probe(case: str, table: TableRef, *, timeout: float) -> dict[str, Any]:
-    """Run one probe in a fresh interpreter; a failure comes back as ``{"error": ...}``."""
-    command = [sys.executable, "-m", "benchmarks.probes", case, json.dumps(table.to_json())]
+def run_json(module: str, *args: str, timeout: float) -> dict[str, Any]:
+    """``python -m module args`` in a fresh interpreter; its last stdout line as JSON.
+
+    A failure comes back as ``{"error": ...}`` (a timeout, or the last line of stderr).
+    """
+    command = [sys.executable, "-m", module, *args]
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {done.returncode}: {tail}"}
+        return {"error": f"exit code {done.returncode}: {tail}"[:200]}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def run_probe(case: str, table: TableRef, *, timeout: float) -> dict[str, Any]:
+    """Run one probe in a fresh interpreter; a failure comes back as ``{"error": ...}``."""
+    return run_json("benchmarks.probes", case, json.dumps(table.to_json()), timeout=timeout)
 
 
 _CASES = {

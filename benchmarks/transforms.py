@@ -23,7 +23,6 @@ import functools
 import io
 import itertools
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -38,9 +37,9 @@ from . import sections
 from .contenders import preload
 from .document import load_average, machine_facts
 from .measure import Caps, Run, close_iterator, time_items, tree_rss_kib
+from .probes import run_json
 from .tables import TableRef, narrow_chunk, write_table
 
-ROOT = Path(__file__).resolve().parents[1]
 BATCH = 64
 SIDE = 224
 PEAK_BATCHES = 16  # a second peak is taken until this many batches were delivered
@@ -180,16 +179,7 @@ def _check(batch: dict[str, Any], transform: str) -> None:
 
 def run_probe(spec: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     """``probe(spec)`` in a fresh interpreter; a failure comes back as ``{"error": ...}``."""
-    command = [sys.executable, "-m", "benchmarks.transforms", "--probe", json.dumps(spec)]
-    try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {done.returncode}: {tail}"[:200]}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_json("benchmarks.transforms", "--probe", json.dumps(spec), timeout=timeout)
 
 
 def parallel_run(table: TableRef, parallelism: int, *, cap_s: float) -> Run:

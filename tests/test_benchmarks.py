@@ -68,66 +68,35 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     assert "# old" not in text and text.rstrip().endswith(KEPT), "the other commands' sections are kept"
 
 
-def test_transfer_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+def run_section(tmp_path: Path, name: str, *args: str) -> tuple[str, str]:
+    """Run ``python -m benchmarks.<name> args --out F`` on a file with other sections
+    around ``name``'s; check only that section changed; return (file text, stdout)."""
     out = tmp_path / "b.md"
-    out.write_text("# Kept\n\n<!-- transfer:begin -->\nold\n<!-- transfer:end -->\n\n## Also kept\n")
-    command = ["benchmarks.transfer", "--batches", "50", "--rows", "16", "--out", str(out)]
-    done = subprocess.run(
-        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
+    out.write_text(f"# Kept\n\n<!-- {name}:begin -->\nold\n<!-- {name}:end -->\n\n## Also kept\n")
+    command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    return text, done.stdout
+
+
+def test_transfer_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    text, _ = run_section(tmp_path, "transfer", "--batches", "50", "--rows", "16")
     rows = [line for line in text.splitlines() if line.startswith("| 16 |")]
     assert [row.split("|")[3].strip() for row in rows] == ["result pipe (pickled)", "shared-memory slots"]
 
 
 def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
-    out = tmp_path / "b.md"
-    out.write_text(
-        "# Kept\n\n<!-- packing:begin -->\nold\n<!-- packing:end -->\n\n## Also kept\n", encoding="utf-8"
-    )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.packing",
-            "--docs",
-            "300",
-            "--mean",
-            "64",
-            "--cap",
-            "2",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    text = out.read_text(encoding="utf-8")
-    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    text, _ = run_section(tmp_path, "packing", "--docs", "300", "--mean", "64", "--cap", "2")
     rows = [line for line in text.splitlines() if line.startswith(("| raw", "| peer", "| ours"))]
     assert len(rows) == 3 and all("tokens" not in row.split("|")[3] for row in rows), rows
 
 
 def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     """Tiny tables, k=0 only (workers take seconds to start): every case measured, ratios printed."""
-    out = tmp_path / "b.md"
-    out.write_text("# Kept\n\n<!-- transforms:begin -->\nold\n<!-- transforms:end -->\n\n## Also kept\n")
-    command = ["benchmarks.transforms", "--rows", "512", "--image-rows", "256", "--workers", "0"]
-    done = subprocess.run(
-        [sys.executable, "-m", *command, "--seconds", "5", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    text = out.read_text(encoding="utf-8")
-    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    args = ("--rows", "512", "--image-rows", "256", "--workers", "0", "--seconds", "5")
+    text, stdout = run_section(tmp_path, "transforms", *args)
     probes = [line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" in line]
     assert [line.split("|")[2].strip() for line in probes] == ["peer, k=0", "ours, k=0"] * 2, probes
     assert not [line for line in probes if "failed:" in line], probes
@@ -136,4 +105,4 @@ def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     ]
     assert len(ratios) == 2 and all(line.count("PASS") + line.count("FAIL") == 2 for line in ratios), ratios
     assert "transform_parallelism 4 / 1, whole run: " in text and "| 4 |" in text
-    assert "## Transforms" in done.stdout, "the section is printed too"
+    assert "## Transforms" in stdout, "the section is printed too"
