@@ -127,6 +127,10 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             ``TypeError``; the state records the epoch and counts as usual, so a
             resume is exact across epochs. ``loader.sampler.set_epoch`` (what
             frameworks call) is ignored; ``set_epoch`` itself still moves it.
+        transform_rng: Call ``transform(batch, rngs)``, where ``rngs`` holds one
+            ``numpy.random.Generator`` per row, seeded from (``shuffle_seed``, epoch,
+            split, position): random crops or masks come out the same on every run,
+            after a resume on any topology, and for any ``read_batch_size``.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -167,6 +171,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         tag_snapshot: bool = False,
         evaluation: bool = False,
         endless: bool = False,
+        transform_rng: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
         check_handle_options(

@@ -97,6 +97,7 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ),
     ("evaluation", lambda v: isinstance(v, bool), "True or False"),
     ("endless", lambda v: isinstance(v, bool), "True or False"),
+    ("transform_rng", lambda v: isinstance(v, bool), "True or False"),
     (
         "columns",
         lambda v: (
@@ -142,6 +143,7 @@ class Options:
     blocks_per_epoch: int | str | None = None
     evaluation: bool = False
     endless: bool = False
+    transform_rng: bool = False
 
     @property
     def clump_rows(self) -> int:
@@ -235,6 +237,8 @@ def check_options(values: dict[str, Any]) -> Options:
     if values["rank"] >= values["world_size"]:
         raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
     _check_packing(values)
+    if values["transform_rng"] and values["transform"] is None:
+        raise ValueError("transform_rng=True needs a transform= that takes (batch, rngs); pass one")
     if values["endless"] and values["evaluation"]:
         raise ValueError(
             "endless=True and evaluation=True exclude each other: an evaluation pass ends "

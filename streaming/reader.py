@@ -14,7 +14,7 @@ from . import source
 from .plan import EpochPlan
 from .rows import Rows
 from .stats import Counters, timed
-from .transformed import OnError, TransformedRows, Transformer
+from .transformed import OnError, Seeds, TransformedRows, Transformer
 
 __all__ = ["Key", "SplitReaders", "Window", "WindowSource", "open_readers"]
 
@@ -36,13 +36,22 @@ class WindowSource:
     on_error: OnError = "raise"
     transform_threads: int = 1
     transform_depth: int = 1
+    transform_rng: bool = False
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
         if self.transform is None:
             return None
+        settings = self.plan.settings
+        seeds = Seeds(settings.seed, settings.epoch) if self.transform_rng else None
         return Transformer(
-            self.transform, self.batch_rows, self.on_error, self.counters, executor, self.transform_depth
+            self.transform,
+            self.batch_rows,
+            self.on_error,
+            self.counters,
+            executor,
+            self.transform_depth,
+            seeds,
         )
 
     def read(
@@ -71,7 +80,11 @@ class WindowSource:
         windows: list[Window]
         if transformer is not None:
             table = table.combine_chunks()  # one chunk: each batch is one cheap take
-            windows = [TransformedRows(table, gather, transformer) for gather in request.gathers]
+            window_rows = self.plan.settings.window_rows
+            windows = [
+                TransformedRows(table, gather, transformer, split=split, start=window * window_rows)
+                for (split, window), gather in zip(requests, request.gathers, strict=True)
+            ]
         else:
             windows = list(Rows.gather(table, request.gathers))
         return dict(zip(requests, windows, strict=True))

@@ -27,7 +27,7 @@ import pyarrow as pa
 from .errors import TransformContractError, TransformErrorWarning
 from .stats import Counters
 
-__all__ = ["OnError", "Transformer", "TransformedRows"]
+__all__ = ["OnError", "Seeds", "Transformer", "TransformedRows"]
 
 OnError = str | Callable[[Exception], bool]
 """``"raise"``, ``"skip"``, ``"warn"``, ``"replace"`` or ``handler(exception) -> bool``
@@ -43,6 +43,22 @@ class _Done:
 
 
 @dataclass(frozen=True)
+class Seeds:
+    """Where per-row random generators come from: (seed, epoch) of the plan."""
+
+    seed: int
+    epoch: int
+
+    def rngs(self, split: int, first: int, count: int) -> list[np.random.Generator]:
+        """Generators of the rows at positions ``first``, ... of ``split``: each seeded from
+        (seed, epoch, split, position), so the same on every run, topology and batch size."""
+        return [
+            np.random.default_rng(np.random.SeedSequence([self.seed, self.epoch, split, position]))
+            for position in range(first, first + count)
+        ]
+
+
+@dataclass(frozen=True)
 class Transformer:
     """How to transform batches: the user's function, its error rule and its threads.
 
@@ -53,38 +69,47 @@ class Transformer:
         counters: Where the time spent and the rows dropped are added.
         executor: The threads that run transforms.
         depth: Batches of a split transformed at once, the consumer's own included.
+        seeds: With ``transform_rng=True``: the transform also gets one random
+            generator per row.
     """
 
-    transform: Callable[[pa.RecordBatch], Iterable[Any]]
+    transform: Callable[..., Iterable[Any]]
     batch_rows: int
     on_error: OnError
     counters: Counters
     executor: Executor
     depth: int
+    seeds: Seeds | None = None
 
-    def run(self, batch: pa.RecordBatch) -> _Done:
-        """Transform one batch; a batch that fails is retried row by row unless
-        ``on_error`` is ``"raise"``."""
+    def run(self, batch: pa.RecordBatch, split: int, first: int) -> _Done:
+        """Transform one batch (rows at positions ``first``, ... of ``split``); a batch
+        that fails is retried row by row unless ``on_error`` is ``"raise"``."""
         start = time.perf_counter()
         try:
             try:
-                return _Done(_apply(self.transform, batch), [])
+                return _Done(self._apply(batch, split, first), [])
             except TransformContractError:
                 raise
             except Exception:
                 if self.on_error == "raise":
                     raise
-            return self._retry_rows(batch)  # the user decides per row
+            return self._retry_rows(batch, split, first)  # the user decides per row
         finally:
             self.counters.add(transform=time.perf_counter() - start)
 
-    def _retry_rows(self, batch: pa.RecordBatch) -> _Done:
+    def _apply(self, batch: pa.RecordBatch, split: int, first: int) -> list[Any]:
+        if self.seeds is None:
+            return _apply(self.transform, batch)
+        rngs = self.seeds.rngs(split, first, batch.num_rows)
+        return _apply(lambda rows: self.transform(rows, rngs), batch, self.transform)
+
+    def _retry_rows(self, batch: pa.RecordBatch, split: int, first: int) -> _Done:
         samples: list[Any] = []
         skipped: list[int] = []
         failures: list[Exception] = []
         for index in range(batch.num_rows):
             try:
-                samples.extend(_apply(self.transform, batch.slice(index, 1)))
+                samples.extend(self._apply(batch.slice(index, 1), split, first + index))
             except TransformContractError:
                 raise
             except Exception as error:
@@ -114,10 +139,14 @@ class TransformedRows:
     themselves run on the ``Transformer``'s threads.
     """
 
-    def __init__(self, table: pa.Table, order: np.ndarray, transformer: Transformer) -> None:
+    def __init__(
+        self, table: pa.Table, order: np.ndarray, transformer: Transformer, *, split: int, start: int
+    ) -> None:
         self._table = table
         self._order = order
         self._transformer = transformer
+        self._split = split
+        self._start = start  # the split position of the window's first row
         self._rows = transformer.batch_rows
         self._batches: dict[int, Future[_Done] | _Done] = {}
         self._first_kept = 0  # batches below this one were left behind and freed
@@ -136,7 +165,10 @@ class TransformedRows:
         batch = self._table.take(pa.array(rows)).combine_chunks()
         records = batch.to_batches()
         record = records[0] if records else pa.RecordBatch.from_pylist([], schema=batch.schema)
-        self._batches[index] = self._transformer.executor.submit(self._transformer.run, record)
+        first = self._start + index * self._rows
+        self._batches[index] = self._transformer.executor.submit(
+            self._transformer.run, record, self._split, first
+        )
 
     def _batch(self, index: int) -> _Done:
         """Batch ``index`` transformed (waiting for it), with the next ones scheduled."""
@@ -213,11 +245,15 @@ def _replaced(samples: list[Any], skipped: list[int], first: Exception) -> list[
     return samples
 
 
-def _apply(transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch) -> list[Any]:
+def _apply(
+    transform: Callable[[pa.RecordBatch], Iterable[Any]], batch: pa.RecordBatch, named: object = None
+) -> list[Any]:
+    """``transform(batch)`` as a list, checked to hold one sample per row (errors name
+    ``named``, the user's function, if ``transform`` wraps it)."""
     produced = list(transform(batch))
     if len(produced) != batch.num_rows:
         raise TransformContractError(
-            f"transform {_qualname(transform)} returned {len(produced)} samples for "
+            f"transform {_qualname(named or transform)} returned {len(produced)} samples for "
             f"a batch of {batch.num_rows} rows; it must return exactly one sample "
             "per row (filter rows with the filter= argument instead)"
         )

@@ -91,6 +91,7 @@ class TableView:
             counters=counters,
             transform_threads=options.transform_threads,
             transform_depth=options.transform_depth,
+            transform_rng=options.transform_rng,
         )
         threads = options.io_queue_depth
         if self.packing is not None:

@@ -129,3 +129,64 @@ def test_workers_transform_lazily_and_commit_the_untransformed_positions(small_u
         return [([int(i) for i in batch["id"]], loader.state_dict()) for batch in loader]
 
     assert states(plain_transform) == states(None)
+
+
+class Noise:
+    """A picklable augmentation: one random draw per row from the row's own generator."""
+
+    def __call__(self, batch: pa.RecordBatch, rngs) -> list[dict[str, int]]:
+        return [
+            {"id": row_id, "noise": int(rng.integers(1 << 62))}
+            for row_id, rng in zip(batch.column("id").to_pylist(), rngs, strict=True)
+        ]
+
+
+def noise_of(batches) -> dict[int, int]:
+    return {int(i): int(n) for batch in batches for i, n in zip(batch["id"], batch["noise"], strict=True)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_transform_rngs_draw_the_same_on_every_topology_batch_size_and_resume(small_uri, workers):
+    """``transform_rng=True``: each row's generator is seeded from (seed, epoch, split,
+    position), so its draws do not depend on ranks, workers, read_batch_size or a
+    resume; another epoch draws anew."""
+    settings = {"num_splits": 4, "block_rows": 4, "shuffle_buffer_size": 32, "shuffle_seed": 2}
+
+    def draws(*, epoch=0, batch_rows=64, world_size=1, state=None):
+        result = {}
+        for rank in range(world_size):
+            data = StreamingDataset(
+                small_uri,
+                **settings,
+                epoch=epoch,
+                rank=rank,
+                world_size=world_size,
+                read_batch_size=batch_rows,
+                transform=Noise(),
+                transform_rng=True,
+            )
+            if state is not None:
+                data.load_state_dict(state)
+            result.update(
+                noise_of(StreamingDataLoader(data, batch_size=4, num_workers=workers // world_size))
+            )
+        return result
+
+    one = draws()
+    assert len(one) == 120 and len(set(one.values())) == len(one)
+    assert draws(batch_rows=3, world_size=2) == one
+    first = StreamingDataset(small_uri, **settings, transform=Noise(), transform_rng=True)
+    iterator = iter(first)
+    for _ in range(50):
+        next(iterator)
+    state = first.state_dict()
+    iterator.close()
+    rest = draws(batch_rows=7, state=state)
+    assert rest == {row: one[row] for row in rest} and len(rest) == 120 - 48
+    other = draws(epoch=1)
+    assert set(other) & set(one) and all(other[row] != one[row] for row in set(other) & set(one))
+
+
+def test_transform_rng_needs_a_transform(small_uri):
+    with pytest.raises(ValueError, match=r"transform_rng=True needs a transform="):
+        StreamingDataset(small_uri, transform_rng=True)
