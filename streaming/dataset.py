@@ -103,8 +103,9 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             when the transform fails the same way again; splits and ranks may then
             yield unequal numbers of samples (see docs/limits.md). ``"replace"``
             keeps every length: a failing row's sample is a copy of the nearest
-            good sample of its ``read_batch_size`` batch (the same copy on every
-            run and topology), so ranks take equal steps; recommended for
+            good sample of its batch, or of its shuffle window if the whole batch
+            fails (the same copy on every run and topology), so ranks take equal
+            steps; recommended for
             synchronous multi-rank training that must not stop on bad rows.
         connection_factory: ``factory(table_name)`` returning the LanceDB table in
             another process, instead of reopening the URI.

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler, default_collate, default_convert
 
-from . import _compat, transfer
+from . import _compat, stats, transfer
 from .dataset import StreamingDataset
 from .lifecycle import Guarded
 from .plan import worker_splits
@@ -307,7 +307,8 @@ class StreamingDataLoader(DataLoader[Any]):
 
         With ``len_counts="epoch"``: the batches of this rank's whole epoch instead,
         however much of it was delivered (as torchdata and Lightning count), plus
-        ``replay_allowance()``.
+        ``replay_allowance()`` (for an endless dataset: exactly one epoch's batches, so
+        a framework's epochs line up with the dataset's).
 
         Raises:
             TypeError: an endless dataset without ``len_counts="epoch"``.
@@ -322,7 +323,9 @@ class StreamingDataLoader(DataLoader[Any]):
                 "Lightning needs to fetch no batch ahead), or count steps"
             )
         remaining = dataset._remaining(whole=whole)
-        total = self.replay_allowance() if whole else 0
+        # an endless loader's len() is one whole epoch: a framework that starts a new
+        # iterator after it lines up with the dataset's epochs
+        total = self.replay_allowance() if whole and not dataset.endless else 0
         for worker in range(workers):
             splits = worker_splits(
                 dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
@@ -373,11 +376,19 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming.set_epoch(epoch)
 
 
-def _release(batches: Iterator[Any], channel: transfer.Channel | None, *, num_workers: int) -> None:
-    """Shut down the workers of ``batches``, then free their shared memory."""
+def _release(
+    batches: Iterator[Any],
+    channel: transfer.Channel | None,
+    *,
+    num_workers: int,
+    reports: dict[tuple[int, int], dict[str, float]],
+) -> None:
+    """Shut down the workers of ``batches``, free their shared memory, and zero the
+    gauges of their last ``reports`` (nothing of theirs is queued any more)."""
     try:
         _compat.shutdown_workers(batches)
     finally:
+        stats.idle(reports)
         if channel is not None:
             transfer.release(channel, num_workers=num_workers)
 
@@ -398,7 +409,12 @@ class _Committing(Guarded):
         self.inner: Guarded | None = inner  # num_workers=0: the dataset's own iterator
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
-            self, _release, self._batches, self._channel, num_workers=self._loader.num_workers
+            self,
+            _release,
+            self._batches,
+            self._channel,
+            num_workers=self._loader.num_workers,
+            reports=self._dataset._worker_counters,
         )
 
     @property

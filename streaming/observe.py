@@ -35,7 +35,8 @@ class Observed:
 
     @property
     def rows_skipped(self) -> int:
-        """Rows dropped because ``transform`` failed on them (``on_transform_error``).
+        """Rows ``transform`` failed on: dropped (``on_transform_error`` ``"skip"``,
+        ``"warn"``, a handler) or, with ``"replace"``, replaced.
 
         Counted when the transform runs, so it may include rows of batches
         transformed ahead and not yet delivered; ``stats()["rows_skipped"]``
@@ -58,7 +59,8 @@ class Observed:
 
     @property
     def prefetch_queue_depth(self) -> int:
-        """Rows read (and transformed, if there is a transform) and ready to hand out."""
+        """Rows read (and transformed, if there is a transform) and ready to hand out,
+        not counting the few the iterator has already taken for its next cycles."""
         return int(self.stats()["ready_rows"])
 
     @property

@@ -169,6 +169,7 @@ class SplitReaders:
         stop = min(len(current), offset + limit)
         if isinstance(current, TransformedRows):
             stop = current.reach(offset, stop)  # transform no further than needed
+            self._prime_next(split, position // self._window_rows + 1, len(current) - offset)
         self.positions[split] = position + stop - offset
         return current, offset, stop
 
@@ -203,6 +204,16 @@ class SplitReaders:
             "ready_rows": ready,
             "unscanned_rows": unscanned,
         }
+
+    def _prime_next(self, split: int, window: int, before: int) -> None:
+        """Let window ``window`` of ``split``, once read, start its transforms while
+        ``before`` rows of the current one are still to come (no stall at the edge)."""
+        future = self._scheduled.get((split, window))
+        if future is None or not future.done() or future.cancelled() or future.exception() is not None:
+            return
+        upcoming = future.result()[(split, window)]
+        if isinstance(upcoming, TransformedRows):
+            upcoming.prime(before)
 
     def take(self, split: int, limit: int) -> list[Any]:
         """Up to ``limit`` samples of ``split`` without crossing a window (at least one)."""

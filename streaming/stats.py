@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["FIELDS", "GAUGES", "Counters", "timed", "total"]
+__all__ = ["FIELDS", "GAUGES", "Counters", "idle", "timed", "total"]
 
 GAUGES = ("read_ahead", "raw_rows", "ready_rows", "unscanned_rows")
 """What the running iterator holds right now; zero while none runs."""
@@ -99,3 +99,9 @@ def timed(counters: Counters, kind: str) -> Iterator[None]:
 def total(parts: list[dict[str, float]]) -> dict[str, float]:
     """Sum of several processes' totals."""
     return {name: sum(part.get(name, 0) for part in parts) for name in FIELDS}
+
+
+def idle(reports: dict[tuple[int, int], dict[str, float]]) -> None:
+    """Zero the gauges of stopped processes' last reports (their totals stay)."""
+    for key, report in reports.items():
+        reports[key] = {**report, **dict.fromkeys(GAUGES, 0)}

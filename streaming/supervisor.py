@@ -25,6 +25,7 @@ Pure bookkeeping on top of ``_compat``; the data and its order are not touched.
 
 from __future__ import annotations
 
+import multiprocessing.connection
 import signal
 import time
 import weakref
@@ -32,10 +33,13 @@ from typing import Any
 
 from . import _compat
 
-__all__ = ["CHECK_SECONDS", "Supervisor", "supervise"]
+__all__ = ["CHECK_SECONDS", "DEATH_SECONDS", "Supervisor", "supervise"]
 
 CHECK_SECONDS = 0.1
 """The longest a wait for a batch goes on without checking that the workers live."""
+
+DEATH_SECONDS = 2.0
+"""How long a broken pipe from a worker waits for that worker's death to show."""
 
 
 def _how_it_ended(exitcode: int | None) -> str:
@@ -65,7 +69,9 @@ class Supervisor:
             wait = max(0.0, min(CHECK_SECONDS, deadline - time.monotonic()))
             try:
                 received, message = once(wait)
-            except RuntimeError as error:
+            except (RuntimeError, OSError, EOFError) as error:  # a dying sender breaks its fd pipe
+                if not isinstance(error, RuntimeError):  # the pipe may break before the death shows
+                    self._await_death(delivering)
                 self._raise_if_dead(delivering, error)
                 raise
             if received:
@@ -74,7 +80,12 @@ class Supervisor:
             if time.monotonic() >= deadline:
                 return False, None
 
-    def _raise_if_dead(self, delivering: list[int], error: RuntimeError) -> None:
+    def _await_death(self, delivering: list[int]) -> None:
+        """Wait (up to ``DEATH_SECONDS``) until one of ``delivering`` is seen to have ended."""
+        sentinels = [self._workers[worker].sentinel for worker in delivering]
+        multiprocessing.connection.wait(sentinels, timeout=DEATH_SECONDS)
+
+    def _raise_if_dead(self, delivering: list[int], error: Exception) -> None:
         dead = [worker for worker in delivering if not self._workers[worker].is_alive()]
         if not dead:
             return
@@ -88,7 +99,8 @@ class Supervisor:
             f"DataLoader worker (pid {pids}) exited unexpectedly while {self._description} "
             f"waited for its batches: {named}. The batches not handed to the loop were never "
             "counted: call iter() on the loader again to continue from the committed position "
-            "(nothing lost or repeated)"
+            "(nothing is lost; the samples since the last logical step boundary come again, "
+            "at most loader.replay_allowance() batches)"
         ) from error
 
     def _heard(self, iterator: Any, message: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -32,6 +33,10 @@ __all__ = ["OnError", "Seeds", "Transformer", "TransformedRows"]
 OnError = str | Callable[[Exception], bool]
 """``"raise"``, ``"skip"``, ``"warn"``, ``"replace"`` or ``handler(exception) -> bool``
 (True drops the row)."""
+
+
+Spare = Callable[[], list[Any] | None]
+"""A good sample from outside a batch, as a one-item list (``None``: there is none)."""
 
 
 @dataclass(frozen=True)
@@ -81,35 +86,37 @@ class Transformer:
     depth: int
     seeds: Seeds | None = None
 
-    def run(self, batch: pa.RecordBatch, split: int, first: int) -> _Done:
+    def run(self, batch: pa.RecordBatch, split: int, first: int, spare: Spare | None = None) -> _Done:
         """Transform one batch (rows at positions ``first``, ... of ``split``); a batch
-        that fails is retried row by row unless ``on_error`` is ``"raise"``."""
+        that fails is retried row by row unless ``on_error`` is ``"raise"``. With
+        ``"replace"``, ``spare()`` stands in when no row of the batch transforms."""
         start = time.perf_counter()
         try:
             try:
-                return _Done(self._apply(batch, split, first), [])
+                return _Done(self.apply(batch, split, first), [])
             except TransformContractError:
                 raise
             except Exception:
                 if self.on_error == "raise":
                     raise
-            return self._retry_rows(batch, split, first)  # the user decides per row
+            return self._retry_rows(batch, split, first, spare)  # the user decides per row
         finally:
             self.counters.add(transform=time.perf_counter() - start)
 
-    def _apply(self, batch: pa.RecordBatch, split: int, first: int) -> list[Any]:
+    def apply(self, batch: pa.RecordBatch, split: int, first: int) -> list[Any]:
+        """``transform`` on ``batch`` (with its rows' generators, if asked), checked."""
         if self.seeds is None:
             return _apply(self.transform, batch)
         rngs = self.seeds.rngs(split, first, batch.num_rows)
         return _apply(lambda rows: self.transform(rows, rngs), batch, self.transform)
 
-    def _retry_rows(self, batch: pa.RecordBatch, split: int, first: int) -> _Done:
+    def _retry_rows(self, batch: pa.RecordBatch, split: int, first: int, spare: Spare | None) -> _Done:
         samples: list[Any] = []
         skipped: list[int] = []
         failures: list[Exception] = []
         for index in range(batch.num_rows):
             try:
-                samples.extend(self._apply(batch.slice(index, 1), split, first + index))
+                samples.extend(self.apply(batch.slice(index, 1), split, first + index))
             except TransformContractError:
                 raise
             except Exception as error:
@@ -120,7 +127,7 @@ class Transformer:
                 samples.append(None)
         self.counters.add(dropped=len(skipped))
         if failures and self.on_error == "replace":
-            return _Done(_replaced(samples, skipped, failures[0]), [])
+            return _Done(_replaced(samples, skipped, failures[0], spare), [])
         if failures and self.on_error == "warn":
             warnings.warn(
                 f"transform {_qualname(self.transform)} failed on {len(failures)} of {batch.num_rows} "
@@ -154,6 +161,14 @@ class TransformedRows:
     def __len__(self) -> int:
         return len(self._order)
 
+    def prime(self, before: int) -> None:
+        """Start transforming this window's first batches while the consumer finishes
+        the previous window: as many as its ``depth`` allows with ``before`` rows of
+        that window still to come."""
+        ahead = self._transformer.depth - -(-before // self._rows)
+        for index in range(max(0, ahead)):
+            self._submit(index)
+
     def reach(self, start: int, stop: int) -> int:
         """``stop``, cut at the end of the batch that holds row ``start``."""
         return min(stop, (start // self._rows + 1) * self._rows)
@@ -161,14 +176,33 @@ class TransformedRows:
     def _submit(self, index: int) -> None:
         if index * self._rows >= len(self._order) or index in self._batches:
             return
-        rows = self._order[index * self._rows : (index + 1) * self._rows]
-        batch = self._table.take(pa.array(rows)).combine_chunks()
-        records = batch.to_batches()
-        record = records[0] if records else pa.RecordBatch.from_pylist([], schema=batch.schema)
+        record = self._record(np.arange(index * self._rows, min(len(self._order), (index + 1) * self._rows)))
         first = self._start + index * self._rows
-        self._batches[index] = self._transformer.executor.submit(
-            self._transformer.run, record, self._split, first
-        )
+        spare = functools.partial(self._spare, index)
+        run = self._transformer.run
+        self._batches[index] = self._transformer.executor.submit(run, record, self._split, first, spare)
+
+    def _record(self, rows: np.ndarray) -> pa.RecordBatch:
+        """The window's rows at yield-order offsets ``rows`` as one record batch."""
+        table = self._table.take(pa.array(self._order[rows])).combine_chunks()
+        records = table.to_batches()
+        return records[0] if records else pa.RecordBatch.from_pylist([], schema=table.schema)
+
+    def _spare(self, index: int) -> list[Any] | None:
+        """The nearest row of the window outside batch ``index`` that transforms (after
+        the batch first, then before it), as a one-sample list; ``None`` if none does.
+        Runs on a transform thread and reads only what never changes."""
+        low, high = index * self._rows, min(len(self._order), (index + 1) * self._rows)
+        for offset in [*range(high, len(self._order)), *range(low - 1, -1, -1)]:
+            try:
+                return self._transformer.apply(
+                    self._record(np.array([offset])), self._split, self._start + offset
+                )
+            except TransformContractError:
+                raise
+            except Exception:  # noqa: S112 - a bad row cannot stand in; the next may
+                continue
+        return None
 
     def _batch(self, index: int) -> _Done:
         """Batch ``index`` transformed (waiting for it), with the next ones scheduled."""
@@ -228,17 +262,21 @@ class TransformedRows:
         self._batches.clear()
 
 
-def _replaced(samples: list[Any], skipped: list[int], first: Exception) -> list[Any]:
+def _replaced(samples: list[Any], skipped: list[int], first: Exception, spare: Spare | None) -> list[Any]:
     """``samples`` with each dropped row replaced by a copy of the nearest kept sample
-    of the batch after it (else before it): the same choice on every run."""
+    of the batch after it (else before it), or, if none, of ``spare()``: the same
+    choice on every run."""
     bad = set(skipped)
     kept = [index for index in range(len(samples)) if index not in bad]
     if not kept:
-        raise RuntimeError(
-            f"on_transform_error='replace': the transform failed on every row of a batch of "
-            f"{len(samples)} rows, so no row can stand in for them (first error: {first!r}); "
-            "fix the transform, or filter the bad rows out with filter="
-        ) from first
+        stand_in = spare() if spare is not None else None
+        if stand_in is None:
+            raise RuntimeError(
+                f"on_transform_error='replace': the transform failed on every row of a window "
+                f"of the split, so no row can stand in for them (first error: {first!r}); "
+                "fix the transform, or filter the bad rows out with filter="
+            ) from first
+        return [copy.deepcopy(stand_in[0]) for _ in samples]
     for index in skipped:
         source = kept[min(bisect.bisect_left(kept, index), len(kept) - 1)]
         samples[index] = copy.deepcopy(samples[source])

@@ -100,7 +100,7 @@ def test_an_endless_dataset_has_no_length_and_keeps_its_own_epochs(uri):
         with pytest.raises(TypeError, match="endless StreamingDataset has no len"):
             len(sized)
     whole = StreamingDataLoader(data, batch_size=4, len_counts="epoch")
-    assert len(whole) == len(StreamingDataLoader(dataset(uri), batch_size=4, len_counts="epoch"))
+    assert len(whole) == len(StreamingDataLoader(dataset(uri), batch_size=4)), "one epoch, no allowance"
     loader.sampler.set_epoch(5)
     assert data.epoch == 0
     data.set_epoch(2)
@@ -119,3 +119,24 @@ def test_a_finished_epoch_state_resumes_into_the_next_epoch(uri):
     iterator = iter(endless)
     first = int(next(iterator)["id"])
     assert endless.epoch == 1 and first == ids_of(dataset(uri, epoch=1))[0]
+
+
+@pytest.mark.parametrize(("workers", "batch"), [(0, 5), (2, 5)])
+def test_a_framework_that_iterates_len_batches_per_epoch_sees_each_epoch_once(uri, workers, batch):
+    """Lightning's way with ``len_counts="epoch"``: a new ``iter()`` every ``len()``
+    batches. ``len()`` is exactly one epoch, so each iterator starts where an epoch
+    starts, even with a batch size that ends no cycle."""
+    loader = StreamingDataLoader(
+        dataset(uri, endless=True), batch_size=batch, num_workers=workers, len_counts="epoch"
+    )
+    per_epoch = len(loader)
+    assert per_epoch == epoch_batches(uri, workers, batch, 0)
+    batches = []
+    for framework_epoch in range(3):
+        loader.sampler.set_epoch(framework_epoch)
+        iterator = iter(loader)
+        for _ in range(per_epoch):
+            batches.append((loader.dataset.epoch, next(iterator)["id"].tolist()))
+    counts = by_epoch(batches)
+    for epoch in range(3):
+        assert counts[epoch] == Counter(ids_of(dataset(uri, epoch=epoch))), f"epoch {epoch}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pyarrow as pa
@@ -97,3 +98,19 @@ def test_the_queue_attributes_describe_the_running_iterator(tmp_path, transform)
         assert data.raw_queue_depth == 0
     iterator.close()
     assert data.raw_queue_depth == data.prefetch_queue_depth == data.unscanned_rows == 0
+
+
+def test_worker_queue_figures_drop_to_zero_when_their_iterator_is_gone(tmp_path):
+    """With workers, the queue attributes come from each worker's last report; once
+    the loader's iterator is dropped nothing is queued, and they read 0 (totals stay)."""
+    uri = make_table(tmp_path / "t.lance", [400, 400])
+    data = StreamingDataset(uri, num_splits=4, block_rows=8, shuffle_buffer_size=64, transform=double)
+    iterator = iter(StreamingDataLoader(data, batch_size=4, num_workers=2))
+    for _ in range(4):
+        next(iterator)
+    assert data.unscanned_rows > 0
+    loaded = data.bytes_loaded
+    del iterator
+    gc.collect()
+    assert data.raw_queue_depth == data.prefetch_queue_depth == data.unscanned_rows == 0
+    assert data.bytes_loaded == loaded > 0

@@ -27,7 +27,7 @@ import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
 
-from helpers import ids_of, make_table
+from helpers import ids_of, make_table, plain_transform
 
 CONTEXTS = ["default", "spawn"]
 TRAINER = Path(__file__).with_name("group_trainer.py")
@@ -140,15 +140,22 @@ def record_pid(directory: Path, worker_id: int) -> None:
     (directory / f"worker{worker_id}").write_text(str(os.getpid()))
 
 
-def dataset(uri: str) -> StreamingDataset:
-    return StreamingDataset(uri, num_splits=4, shuffle_seed=7, block_rows=4, shuffle_buffer_size=64)
+def dataset(uri: str, **kwargs) -> StreamingDataset:
+    return StreamingDataset(uri, num_splits=4, shuffle_seed=7, block_rows=4, shuffle_buffer_size=64, **kwargs)
 
 
-@pytest.mark.parametrize("timeout", [0, 60])
-@pytest.mark.parametrize("context", CONTEXTS)
-def test_a_killed_worker_is_named_at_once_and_iter_continues_exactly(uri, context, timeout, tmp_path):
+@pytest.mark.parametrize(
+    ("context", "timeout", "transform"),
+    [(context, timeout, None) for context in CONTEXTS for timeout in (0, 60)]
+    + [("default", 0, plain_transform)],
+)
+def test_a_killed_worker_is_named_at_once_and_iter_continues_exactly(
+    uri, context, timeout, transform, tmp_path
+):
+    """With a transform, batches come as tensors shared through file descriptors, and a
+    dying worker breaks that pipe (``ConnectionResetError``): named all the same."""
     planned = Counter(ids_of(dataset(uri)))
-    data = dataset(uri)
+    data = dataset(uri, transform=transform)
     loader = StreamingDataLoader(
         data,
         batch_size=8,

@@ -228,8 +228,21 @@ def test_replace_keeps_ranks_equal_and_resumes_exactly(uri):
     check_resume_everywhere(lambda: dataset(uri, "replace"), prefixes=range(0, 163, 5))
 
 
-def test_replace_refuses_a_batch_that_fails_on_every_row(uri):
-    """With no good row in a batch there is nothing to copy: a clear error, not a hole."""
-    data = dataset(uri, "replace", read_batch_size=1)
-    with pytest.raises(RuntimeError, match=r"failed on every row of a batch of 1 rows"):
+def test_replace_takes_a_row_of_the_window_when_a_whole_batch_fails(uri):
+    """Batches of one row: a failing row has no good neighbour in its batch, so the
+    nearest good row of its window stands in; the same on every run."""
+    plan = planned(uri)
+    got = ids_of(dataset(uri, "replace", read_batch_size=1))
+    assert len(got) == len(plan) and not any(bad(i) for i in got) and set(got) == set(good(plan))
+    assert ids_of(dataset(uri, "replace", read_batch_size=1, transform_parallelism=1)) == got
+
+
+def always_fail(batch: pa.RecordBatch) -> list:
+    raise KeyError("no row can be transformed")
+
+
+def test_replace_refuses_a_window_that_fails_on_every_row(uri):
+    """With no good row in a whole window there is nothing to copy: a clear error, not a hole."""
+    data = StreamingDataset(uri, transform=always_fail, on_transform_error="replace", shuffle_buffer_size=64)
+    with pytest.raises(RuntimeError, match=r"failed on every row of a window of the split"):
         ids_of(data)
