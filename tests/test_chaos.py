@@ -1,0 +1,85 @@
+"""A fixed, seeded subset of the chaos campaign (``tests/chaos.py``): real gloo ranks,
+real DataLoader workers, real SIGKILLs, real table changes between runs.
+
+Together the cases kill every rank, one rank, the whole process group and a job
+inside a checkpoint write; they change the table between runs, resume on other
+world sizes and worker counts, and replay a partial step. A failing case names its
+check and the command that reproduces it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from chaos import run_trial
+from chaos_checks import Topology, Totals, account, replay_bound
+
+# (seed, trial, kills): what the fixed draw of each case covers is asserted below
+CASES = {
+    "process-group-kill": (2, 0, ("group",)),
+    "one-rank-kill": (2, 1, ("one",)),
+    "checkpoint-write-then-all-ranks-kill": (2, 1, ("checkpoint", "all")),
+}
+
+
+@functools.cache
+def trial(name: str) -> Totals:
+    seed, index, kills = CASES[name]
+    return run_trial(seed, index, kills=kills)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_planned_sample_once_no_hang_no_leftover_process(name):
+    totals = trial(name)
+    failures = [line for line in totals.failures if not line.startswith("leftover-semaphore")]
+    assert not failures, "\n".join(failures)
+    assert totals.lost == totals.duplicated == totals.hangs == 0
+    assert totals.samples > 0
+    assert sum(totals.kills.values()) == len(CASES[name][2]), f"{name}: a planned kill never happened"
+    assert totals.resumes == len(CASES[name][2])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_no_semaphore_left_behind(name):
+    """``sem.mp-*`` files of the job's DataLoader queues are gone once every process of it is."""
+    failures = [line for line in trial(name).failures if line.startswith("leftover-semaphore")]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_cases_cover_mutations_topology_changes_and_replay():
+    totals = Totals()
+    for name in CASES:
+        totals.add(trial(name))
+    assert set(totals.kills) == {"all", "one", "group", "checkpoint"}
+    assert sum(totals.mutations.values()) >= 1
+    assert totals.topology_changes >= 1
+    assert totals.replayed >= 1, "no case resumed from a state that replays a partial step"
+
+
+def write_log(out: Path, run: int, rank: int, steps: list[list[int]], first: int = 1) -> None:
+    lines = [json.dumps({"run": run, "step": first + i, "ids": ids}) for i, ids in enumerate(steps)]
+    (out / f"log-run{run}-rank{rank}.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_the_accounting_catches_a_lost_and_a_duplicated_sample(tmp_path):
+    """The checks themselves fail: run 0 checkpoints at step 1; run 1 skips id 3, repeats id 0."""
+    write_log(tmp_path, 0, 0, [[0, 1], [2, 9]])  # step 2 came after the checkpoint: not counted
+    write_log(tmp_path, 1, 0, [[2, 0]], first=2)
+    totals = Totals()
+    account(tmp_path, [0, 1], Counter(range(4)), 0, totals)
+    assert totals.lost == 1 and totals.duplicated == 1, totals
+    assert [line.split(":")[0] for line in totals.failures] == ["lost", "duplicated"]
+    totals = Totals()
+    account(tmp_path, [0, 1], Counter([0, 1, 2]), 1, totals)  # one repeat is within the allowance
+    assert totals.failures == [] and totals.replayed == 1
+
+
+def test_the_replay_bound_is_the_documented_one():
+    """(w - 1) * b + w * (m - 1) per rank (docs/workers.md); no m term when b is a multiple of m."""
+    assert replay_bound(12, Topology(world_size=2, workers=3, batch=5)) == 2 * (2 * 5 + 3 * 1)
+    assert replay_bound(12, Topology(world_size=3, workers=2, batch=4)) == 3 * (1 * 4)
+    assert replay_bound(6, Topology(world_size=1, workers=0, batch=4)) == 5
