@@ -236,16 +236,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trial", type=int, default=None, help="run only this trial (to reproduce it)")
     parser.add_argument("--kills", default=None, help="comma-separated kill kinds instead of drawn ones")
     parser.add_argument("--keep", action="store_true", help="keep every trial's folder")
+    parser.add_argument("--minutes", type=float, default=None, help="start no trial after this long")
     args = parser.parse_args(argv)
     kills = tuple(args.kills.split(",")) if args.kills else None
     indices = [args.trial] if args.trial is not None else range(args.trials)
     totals, started = Totals(), time.monotonic()
     for index in indices:
+        if args.minutes is not None and time.monotonic() - started > 60 * args.minutes:
+            break
         trial = run_trial(args.seed, index, kills=kills, keep=args.keep)
         totals.add(trial)
         print(f"trial {index}: {summary(trial)}", flush=True)
         for failure in trial.failures:
             print(f"  FAIL {failure}", flush=True)
+        print(f"  so far ({time.monotonic() - started:.0f} s): {summary(totals)}", flush=True)
     print(f"TOTAL ({time.monotonic() - started:.0f} s): {summary(totals)}")
     return 1 if totals.failures else 0
 
