@@ -20,9 +20,8 @@ from chaos_checks import Topology, Totals, account, replay_bound
 
 # (seed, trial, kills): what the fixed draw of each case covers is asserted below
 CASES = {
-    "process-group-kill": (2, 0, ("group",)),
-    "one-rank-kill": (2, 1, ("one",)),
-    "checkpoint-write-then-all-ranks-kill": (2, 1, ("checkpoint", "all")),
+    "one-rank-then-process-group": (2, 0, ("one", "group")),
+    "checkpoint-write-then-every-rank": (2, 1, ("checkpoint", "all")),
 }
 
 
