@@ -18,6 +18,7 @@ import argparse
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -164,7 +165,7 @@ class Trial:
                 job.kill_ranks([victim] if kill == "one" else list(range(topology.world_size)))
         try:
             job.launcher.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except Exception:
+        except subprocess.TimeoutExpired:
             return self.hang(job, run, f"ranks did not exit after a {kill} kill")
         if line:
             return "killed"
