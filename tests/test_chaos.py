@@ -11,12 +11,19 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from chaos import run_trial
 from chaos_checks import Topology, Totals, account, replay_bound
+from chaos_procs import session_members, wait_gone
+
+from helpers import make_table
 
 # (seed, trial, kills): what the fixed draw of each case covers is asserted below
 CASES = {
@@ -82,3 +89,42 @@ def test_the_replay_bound_is_the_documented_one():
     assert replay_bound(12, Topology(world_size=2, workers=3, batch=5)) == 2 * (2 * 5 + 3 * 1)
     assert replay_bound(12, Topology(world_size=3, workers=2, batch=4)) == 3 * (1 * 4)
     assert replay_bound(6, Topology(world_size=1, workers=0, batch=4)) == 5
+
+
+TRAINER = """
+import sys
+from streaming import StreamingDataLoader, StreamingDataset
+
+if __name__ == "__main__":
+    dataset = StreamingDataset(sys.argv[1], num_splits=3, columns=["id"])
+    for batch in StreamingDataLoader(dataset, batch_size=1, num_workers=3):
+        print("batch", flush=True)
+        sys.stdin.readline()  # holds the first batch until the whole group is killed
+"""
+
+
+def test_a_process_group_kill_leaves_no_worker_ring(tmp_path):
+    """KNOWN FAILING (found by the campaign, seed 2026 trial 73): SIGKILL of the whole process
+    group right after the first batch leaves the shared-memory rings (``lsr<pid>_*``) of the
+    workers whose first batch had not reached the trainer yet; nobody is left to unlink them."""
+    uri = make_table(tmp_path / "t.lance", [300])
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    trainer = subprocess.Popen(
+        [sys.executable, str(script), uri],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert trainer.stdout.readline().strip() == "batch"
+        members = session_members(trainer.pid)
+    finally:
+        os.killpg(trainer.pid, signal.SIGKILL)
+        trainer.wait(timeout=60)
+    assert wait_gone(members, timeout=20) == []
+    left = [name for name in os.listdir("/dev/shm") if name.startswith(f"lsr{trainer.pid}_")]
+    for name in left:  # the trainer's own rings: no other job's
+        os.unlink(f"/dev/shm/{name}")
+    assert not left, f"rings left in /dev/shm after a process-group SIGKILL: {left}"
