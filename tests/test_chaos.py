@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -103,6 +104,17 @@ if __name__ == "__main__":
 """
 
 
+def wait_for_ring(pid: int, *, worker: int, timeout: float = 30) -> bool:
+    """Wait until a worker's ring exists: its first batch is ready and, with the trainer
+    holding batch 1, cannot have been received (receiving unlinks the name)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(n.startswith(f"lsr{pid}_") and n.endswith(f"_{worker}") for n in os.listdir("/dev/shm")):
+            return True
+        time.sleep(0.05)  # polling a file with a deadline, not a guess at timing
+    return False
+
+
 def test_a_process_group_kill_leaves_no_worker_ring(tmp_path):
     """KNOWN FAILING (found by the campaign, seed 2026 trial 73): SIGKILL of the whole process
     group right after the first batch leaves the shared-memory rings (``lsr<pid>_*``) of the
@@ -119,6 +131,7 @@ def test_a_process_group_kill_leaves_no_worker_ring(tmp_path):
     )
     try:
         assert trainer.stdout.readline().strip() == "batch"
+        assert wait_for_ring(trainer.pid, worker=2), "worker 2 never prepared a batch"
         members = session_members(trainer.pid)
     finally:
         os.killpg(trainer.pid, signal.SIGKILL)
