@@ -1,7 +1,8 @@
 """Named sections of ``docs/benchmarks.md`` that separate benchmark commands own.
 
 ``benchmarks.bench`` rewrites the document; a section written by another command
-(``benchmarks.packing``, ``benchmarks.transfer``, ``benchmarks.transforms``) lies between its two markers and
+(``benchmarks.packing``, ``benchmarks.transfer``, ``benchmarks.transforms``,
+``benchmarks.soak``) lies between its two markers and
 is kept across those rewrites.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NAMES = ("packing", "transfer", "transforms")
+NAMES = ("packing", "transfer", "transforms", "soak")
 """Sections other commands write, in the order they follow the main document."""
 
 

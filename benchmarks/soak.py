@@ -29,6 +29,8 @@ from chaos_checks import latest_checkpoint  # noqa: E402
 from chaos_procs import Job, launch, wait_gone  # noqa: E402
 from chaos_table import random_table  # noqa: E402
 
+from . import sections  # noqa: E402
+
 # name -> relative growth allowed from the first to the last quarter (plus one unit)
 MEASURES = {"rss_mib": 0.10, "open_fds": 0.0, "shm_entries": 0.0}
 
@@ -107,24 +109,34 @@ def verdict(values: list[float], allowed: float) -> tuple[float, float, bool]:
     return first, last, last <= first * (1 + allowed) + 1
 
 
-def report(soak: Soak, minutes: float) -> None:
-    print(
-        f"soak: {minutes:g} min, {soak.runs} trainer lives ({soak.runs - 1} SIGKILLs and resumes), ", end=""
-    )
-    print(f"{soak.steps} steps, {len(soak.samples)} samples")
+def report(soak: Soak, minutes: float, command: str) -> str:
+    """The soak's figures as a Markdown section (a table of the three measures)."""
+    lines = [
+        "## Soak",
+        "",
+        f"`{command}`: {minutes:g} min, {soak.runs} trainer lives ({soak.runs - 1} SIGKILLs and "
+        f"resumes), {soak.steps} steps, {len(soak.samples)} samples of the trainer's resources.",
+        "",
+        "| measure | first quarter (median) | last quarter (median) | verdict |",
+        "| --- | ---: | ---: | --- |",
+    ]
     for name, allowed in MEASURES.items():
         first, last, flat = verdict([taken[name] for taken in soak.samples], allowed)
-        print(f"{name}: first quarter {first:.1f}, last quarter {last:.1f} -> {'flat' if flat else 'GROWS'}")
+        lines.append(f"| {name} | {first:.1f} | {last:.1f} | {'flat' if flat else 'GROWS'} |")
     growth = [life[-1] - statistics.median(life[: max(1, len(life) // 4)]) for life in soak.lifetimes if life]
-    print(f"rss growth inside one trainer life: at most {max(growth, default=0):.1f} MiB")
-    for failure in soak.failures:
-        print(f"FAIL {failure}")
+    lines += [
+        "",
+        f"Resident memory grew by at most {max(growth, default=0):.1f} MiB inside one trainer life.",
+    ]
+    lines += [f"FAIL {failure}" for failure in soak.failures]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--life", type=float, default=40.0, help="seconds between kills")
+    parser.add_argument("--out", type=Path, default=None, help="Markdown file whose soak section is replaced")
     args = parser.parse_args(argv)
     import numpy as np
 
@@ -136,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         one_life(soak, min(args.life, max(5.0, end - time.monotonic())), port)
-    report(soak, args.minutes)
+    command = f"python -m benchmarks.soak --minutes {args.minutes:g} --life {args.life:g}"
+    sections.publish(report(soak, args.minutes, command), name="soak", out=args.out)
 
 
 if __name__ == "__main__":
