@@ -95,7 +95,7 @@ def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
 
 def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     """Tiny tables, k=0 only (workers take seconds to start): every case measured, ratios printed."""
-    args = ("--rows", "512", "--image-rows", "256", "--workers", "0", "--seconds", "5")
+    args = ("--rows", "256", "--image-rows", "128", "--workers", "0", "--seconds", "3")
     text, stdout = run_section(tmp_path, "transforms", *args)
     probes = [line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" in line]
     assert [line.split("|")[2].strip() for line in probes] == ["peer, k=0", "ours, k=0"] * 2, probes
