@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         UnownedSplitsWarning,
     )
     from .loader import StreamingDataLoader
+    from .mixture import StreamingMixture
 
 __all__ = [
     "EpochCompleteWarning",
@@ -30,6 +31,7 @@ __all__ = [
     "SnapshotGoneError",
     "StreamingDataLoader",
     "StreamingDataset",
+    "StreamingMixture",
     "StreamingWarning",
     "TableMovedWarning",
     "TransformContractError",
@@ -48,6 +50,7 @@ _HOMES = {
     "SnapshotGoneError": ".errors",
     "StreamingDataLoader": ".loader",
     "StreamingDataset": ".dataset",
+    "StreamingMixture": ".mixture",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "TransformContractError": ".errors",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .dataset import StreamingDataset
+from .mixture import StreamingMixture
 
 __all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
 
@@ -43,6 +44,8 @@ def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
         )
     states: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(states, obj.state_dict(), group=group)
+    if isinstance(states[0], dict) and states[0].get("kind") == "mixture":
+        return StreamingMixture.merge_state_dicts(states)
     return StreamingDataset.merge_state_dicts(states)
 
 

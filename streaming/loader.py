@@ -194,6 +194,18 @@ class StreamingDataLoader(DataLoader[Any]):
             worker count that does not divide the rank's splits.
     """
 
+    def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
+        """A ``StreamingMixture`` gets the mixture's loader (same arguments)."""
+        del args, kwargs
+        if cls is StreamingDataLoader:
+            from .mixture import StreamingMixture
+
+            if isinstance(dataset, StreamingMixture):
+                from .mixloader import MixtureLoader
+
+                return super().__new__(MixtureLoader)
+        return super().__new__(cls)
+
     def __init__(
         self,
         dataset: StreamingDataset,

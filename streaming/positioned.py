@@ -187,13 +187,26 @@ class PositionedDataset:
         """
         self._refuse_evaluation("load_state_dict")
         self._refuse_live("load_state_dict")
+        view, progress = self._checked_load(state)
+        self._adopt(view, progress)
+
+    def _checked_load(self, state: dict[str, Any]) -> tuple[TableView, tuple[SplitProgress, ...]]:
+        """The view and progress ``state`` resumes, validated; changes nothing."""
         saved = StreamState.from_dict(state)
         pinned = self._view.snapshot.at_version(saved.version)
         handle = source.open_snapshot(pinned, fresh=True)
         view = open_view(pinned, handle, self._options, epoch=saved.epoch)
         check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
-        self._view = view  # validated: swap the new view in
-        self._restart(saved.progress)
+        return view, saved.progress
+
+    def _view_at(self, epoch: int) -> TableView:
+        """This dataset's snapshot planned for ``epoch``."""
+        return self._view if self._view.epoch == epoch else self._view.for_epoch(self._options, epoch)
+
+    def _adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
+        """Swap in a validated view and progress (see ``_checked_load``)."""
+        self._view = view
+        self._restart(progress)
         self._shipped = False
         if self._tag_snapshot:
             source.protect(view.snapshot)

@@ -20,9 +20,13 @@ from .progress import Anchor, SplitProgress
 
 __all__ = [
     "FORMAT_VERSION",
+    "Check",
     "PACKING_SETTINGS",
     "StreamState",
     "check_compatible",
+    "check_fields",
+    "is_int",
+    "non_negative",
     "parse_state",
     "plan_mismatches",
 ]
@@ -41,20 +45,20 @@ _PEER_HINT = (
 )
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _non_negative(value: object) -> bool:
-    return _is_int(value) and value >= 0  # type: ignore[operator]
+def non_negative(value: object) -> bool:
+    return is_int(value) and value >= 0  # type: ignore[operator]
 
 
 def _positive(value: object) -> bool:
-    return _is_int(value) and value > 0  # type: ignore[operator]
+    return is_int(value) and value > 0  # type: ignore[operator]
 
 
 def _int_list(value: object) -> bool:
-    return isinstance(value, list) and all(_non_negative(item) for item in value)
+    return isinstance(value, list) and all(non_negative(item) for item in value)
 
 
 def _optional_str(value: object) -> bool:
@@ -68,11 +72,11 @@ def _str_list(value: object) -> bool:
 Check = Callable[[object], bool]
 
 _TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
-    ("format_version", _is_int, "an integer"),
+    ("format_version", is_int, "an integer"),
     ("num_splits", _positive, "a positive integer"),
     ("shuffle", lambda v: isinstance(v, bool), "a bool"),
-    ("shuffle_seed", _non_negative, "a non-negative integer"),
-    ("epoch", _non_negative, "a non-negative integer"),
+    ("shuffle_seed", non_negative, "a non-negative integer"),
+    ("epoch", non_negative, "a non-negative integer"),
     ("plan", lambda v: isinstance(v, dict), "a dict"),
     ("samples_consumed_per_split", _int_list, "a list of non-negative integers"),
     ("positions_consumed_per_split", _int_list, "a list of non-negative integers"),
@@ -89,8 +93,8 @@ _PLAN_FIELDS: tuple[tuple[str, Check, str], ...] = (
 )
 _PACKING_FIELDS: tuple[tuple[str, Check, str], ...] = (
     ("pack_sequences", _positive, "a positive integer"),
-    ("eos_id", _is_int, "an integer"),
-    ("pad_id", _is_int, "an integer"),
+    ("eos_id", is_int, "an integer"),
+    ("pad_id", is_int, "an integer"),
     ("blocks_per_epoch", _positive, "a positive integer"),
     (
         "anchors",
@@ -193,7 +197,7 @@ class StreamState:
         return {**dict(zip(PACKING_SETTINGS, self.packing, strict=True)), "anchors": anchors}
 
 
-def _check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
+def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
     if not isinstance(data, dict):
         raise ValueError(f"state {prefix or 'object'} must be a dict, got {type(data).__name__}")
     for name, check, expected in fields:
@@ -222,16 +226,16 @@ def parse_state(state: object) -> StreamState:
         raise ValueError(_PEER_HINT)
     _refuse_a_whole_checkpoint(state)
     version = state.get("format_version") if isinstance(state, dict) else None
-    if _is_int(version) and version not in _READABLE:
+    if is_int(version) and version not in _READABLE:
         raise ValueError(
             f"state has format_version={version!r} but this release reads "
             f"format_version {' or '.join(map(str, _READABLE))}; resume with the lance-streaming "
             "release that wrote it"
         )
-    _check_fields(state, _TOP_LEVEL, "")
+    check_fields(state, _TOP_LEVEL, "")
     assert isinstance(state, dict)  # for the type checker; _check_fields proved it
-    _check_fields(state["plan"], _PLAN_FIELDS, "plan")
-    _check_fields(state["table"], _TABLE_FIELDS, "table")
+    check_fields(state["plan"], _PLAN_FIELDS, "plan")
+    check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
     packing, anchors = _parse_packing(state, num_splits)
     _check_lengths(state, num_splits)
@@ -322,7 +326,7 @@ def _parse_packing(
     data = state["packing"]
     if data is None:
         return None, None
-    _check_fields(data, _PACKING_FIELDS, "packing")
+    check_fields(data, _PACKING_FIELDS, "packing")
     if len(data["anchors"]) != num_splits:
         raise ValueError(
             f"state field 'packing.anchors' has {len(data['anchors'])} entries but num_splits="

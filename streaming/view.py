@@ -70,17 +70,9 @@ class TableView:
             return self.packing.split_blocks(num_splits)
         return self.plan.split_length
 
-    def stream(
-        self,
-        options: Options,
-        splits: Sequence[int],
-        cursor: Cursor,
-        *,
-        counters: Counters,
-        batch_rows: int,
-    ) -> Generator[Any, None, None]:
-        """Samples (or packed blocks, or columnar batches of ``batch_rows``) of ``splits``."""
-        windows = WindowSource(
+    def window_source(self, options: Options, counters: Counters) -> WindowSource:
+        """How this view's windows are read and transformed."""
+        return WindowSource(
             snapshot=self.snapshot,
             plan=self.plan,
             columns=self.columns,
@@ -93,6 +85,18 @@ class TableView:
             transform_depth=options.transform_depth,
             transform_rng=options.transform_rng,
         )
+
+    def stream(
+        self,
+        options: Options,
+        splits: Sequence[int],
+        cursor: Cursor,
+        *,
+        counters: Counters,
+        batch_rows: int,
+    ) -> Generator[Any, None, None]:
+        """Samples (or packed blocks, or columnar batches of ``batch_rows``) of ``splits``."""
+        windows = self.window_source(options, counters)
         threads = options.io_queue_depth
         if self.packing is not None:
             return iterate_blocks(windows, splits, cursor, io_threads=threads, packing=self.packing)

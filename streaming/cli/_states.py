@@ -34,7 +34,12 @@ def read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], s
     if not isinstance(state, dict):
         raise ValueError(f"{path}: the state at {where!r} is a {type(state).__name__}, not a dict")
     try:
-        parse_state(state)
+        if state.get("kind") == "mixture":
+            from ..mixstate import MixtureState
+
+            MixtureState.from_dict(state)
+        else:
+            parse_state(state)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     return state, where or None

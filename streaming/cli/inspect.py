@@ -16,6 +16,8 @@ _BAR_WIDTH = 20
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Print a checkpoint's epoch, progress, snapshot and settings."""
     state, where = read_state(args.state, key=args.key)
+    if state.get("kind") == "mixture":
+        return _mixture(state, args, where)
     length, why = (None, "not checked (--no-table)") if args.no_table else _split_length(state, args)
     samples = state["samples_consumed_per_split"]
     num_splits, owned = state["num_splits"], state["owned_splits"]
@@ -130,3 +132,24 @@ def _split_line(
         return f"  split {split:>4}: {count} consumed{skipped}{note}"
     percent = 100.0 * count / length if length else 100.0
     return f"  split {split:>4} {_bar(count, length)} {count}/{length} {percent:5.1f}%{skipped}{note}"
+
+
+def _mixture(state: dict[str, Any], args: argparse.Namespace, where: str | None) -> int:
+    """A mixture state: its settings, position and every source's place in its epoch."""
+    print(f"state: {args.state}" + (f" (at {where!r})" if where else ""))
+    print(f"mixture epoch: {state['epoch']}, global batches delivered: {state['step']}")
+    print(
+        f"settings: global_batch_size={state['global_batch_size']} unit={state['unit']} "
+        f"stop={state['stop']} weights={state['weights']}"
+    )
+    print("sources:")
+    for name, entry in state["sources"].items():
+        table = entry["state"]
+        splits = table["num_splits"]
+        print(
+            f"  {name}: epoch {entry['epoch']}, {entry['taken']} samples taken "
+            f"({entry['taken'] // splits} to {-(-entry['taken'] // splits)} per split of {splits}), "
+            f"{entry['passes']} epochs finished; {table['table']['uri']} at version "
+            f"{table['table']['version']}"
+        )
+    return 0

@@ -15,6 +15,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     from ..distributed import save_state_dict
 
     states = [read_state(path, key=args.key)[0] for path in args.states]
+    if states[0].get("kind") == "mixture":
+        from ..mixture import StreamingMixture
+
+        merged = StreamingMixture.merge_state_dicts(states)
+        save_state_dict(merged, args.output)
+        print(f"merged {len(states)} mixture states (step {merged['step']}) into {args.output}")
+        return 0
     merged = StreamingDataset.merge_state_dicts(states, allow_lag=args.allow_lag)
     save_state_dict(merged, args.output)
     owned = len(merged["owned_splits"])

@@ -1,0 +1,211 @@
+"""How many samples of each source every global batch of a mixture holds: pure arithmetic.
+
+A mixture cuts every global batch of G samples into ``G / unit`` *units* and gives
+each source a whole number of units per batch. Per batch, source i gets
+floor(M * w_i) or floor(M * w_i) + 1 units (M = G / unit, w_i its normalised weight);
+the extra units of a batch go to the sources furthest behind their exact share
+since the weights took effect, so the shares stay exact in the long run. Units
+keep ranks equal: ``unit`` is a multiple of the world size, so every rank takes
+the same number of each source's samples in every batch.
+
+A source reads its own plan in its own global order (sample j of its epoch is
+split j % S, position j // S), so where it stands is one number, ``taken``, the
+same on every topology. When a batch needs more of a source than its epoch has
+left, the stopping rule decides: ``"never"`` continues into the source's next
+epoch (inside the batch), ``"first_exhausted"`` ends the mixture before that
+batch, ``"all_exhausted"`` ends it only when every other source has run out at
+least once (else the source continues into its next epoch).
+
+No torch, no Lance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+__all__ = [
+    "STOP_RULES",
+    "MixPosition",
+    "Schedule",
+    "Segment",
+    "SourcePosition",
+    "Step",
+    "normalise_weights",
+    "split_counts",
+]
+
+STOP_RULES = ("all_exhausted", "first_exhausted", "never")
+
+
+def normalise_weights(weights: Mapping[str, float]) -> dict[str, Fraction]:
+    """Exact fractions summing to 1, in the order given (the same on every machine).
+
+    Raises:
+        ValueError: a weight that is not a positive finite number.
+    """
+    exact: dict[str, Fraction] = {}
+    for name, weight in weights.items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise ValueError(f"weights[{name!r}]={weight!r} is not a finite number; give a positive weight")
+        if weight <= 0:
+            raise ValueError(
+                f"weights[{name!r}]={weight!r} is not positive; give every source a positive "
+                "weight (leave a source out of the mixture instead of weighting it 0)"
+            )
+        exact[name] = Fraction(weight).limit_denominator(10**9)
+    total = sum(exact.values())
+    return {name: value / total for name, value in exact.items()}
+
+
+def split_counts(taken: int, num_splits: int) -> list[int]:
+    """Samples of each split consumed after ``taken`` samples in the source's global order."""
+    whole, extra = divmod(taken, num_splits)
+    return [whole + (1 if split < extra else 0) for split in range(num_splits)]
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where one source stands: its plan epoch, samples taken from it, epochs finished."""
+
+    epoch: int
+    taken: int = 0
+    passes: int = 0  # epochs this source finished since the mixture's epoch began
+
+
+@dataclass(frozen=True)
+class MixPosition:
+    """Where a mixture stands after ``step`` global batches of its epoch.
+
+    ``since`` and ``units`` count batches and units per source since the current
+    weights took effect (the start, or a reweighted resume).
+    """
+
+    step: int
+    sources: Mapping[str, SourcePosition]
+    since: int
+    units: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``count`` samples of a source's epoch ``epoch`` from global position ``start``."""
+
+    epoch: int
+    start: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One global batch: the segments of every source, in source order."""
+
+    segments: Mapping[str, Sequence[Segment]]
+
+    def count(self, name: str) -> int:
+        """Samples of source ``name`` in this batch (all ranks together)."""
+        return sum(segment.count for segment in self.segments[name])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The fixed rules of a mixture: weights, batch, unit, epoch sizes and stopping rule."""
+
+    weights: Mapping[str, Fraction]
+    global_batch_size: int
+    unit: int
+    epoch_samples: Mapping[str, int]  # S * L of every source (a multiple of ``unit``)
+    stop: str
+
+    @property
+    def units_per_step(self) -> int:
+        """Units in one global batch."""
+        return self.global_batch_size // self.unit
+
+    def start(self, epochs: Mapping[str, int]) -> MixPosition:
+        """The position before the first batch, each source at the start of ``epochs``."""
+        sources = {name: SourcePosition(epoch=epochs[name]) for name in self.weights}
+        return MixPosition(step=0, sources=sources, since=0, units=dict.fromkeys(self.weights, 0))
+
+    def units(self, position: MixPosition) -> dict[str, int]:
+        """Units of each source in the batch after ``position``.
+
+        Each source gets the floor of its exact share; the leftover units go to the
+        sources with a fractional share that are furthest behind (ties: source order).
+        """
+        total = self.units_per_step
+        given: dict[str, int] = {}
+        behind: list[tuple[Fraction, int, str]] = []
+        for index, (name, weight) in enumerate(self.weights.items()):
+            share = total * weight
+            given[name] = math.floor(share)
+            if share != given[name]:
+                deficit = (position.since + 1) * share - position.units[name] - given[name]
+                behind.append((-deficit, index, name))
+        for _, _, name in sorted(behind)[: total - sum(given.values())]:
+            given[name] += 1
+        return given
+
+    def advance(self, position: MixPosition) -> tuple[Step, MixPosition] | None:
+        """The next batch and the position after it; ``None`` when the mixture ends."""
+        units = self.units(position)
+        short = {
+            name
+            for name, count in units.items()
+            if count * self.unit > self.epoch_samples[name] - position.sources[name].taken
+        }
+        if short and not self._may_continue(short, position):
+            return None
+        segments: dict[str, list[Segment]] = {}
+        sources: dict[str, SourcePosition] = {}
+        for name, count in units.items():
+            segments[name], sources[name] = self._take(position.sources[name], count * self.unit, name)
+        after = MixPosition(
+            step=position.step + 1,
+            sources=sources,
+            since=position.since + 1,
+            units={name: position.units[name] + units[name] for name in units},
+        )
+        return Step(segments), after
+
+    def _may_continue(self, short: set[str], position: MixPosition) -> bool:
+        if self.stop == "never":
+            return True
+        if self.stop == "first_exhausted":
+            return False
+        finished = {name for name, where in position.sources.items() if where.passes > 0}
+        return not set(self.weights) <= finished | short
+
+    def _take(self, where: SourcePosition, need: int, name: str) -> tuple[list[Segment], SourcePosition]:
+        size = self.epoch_samples[name]
+        segments = []
+        epoch, taken, passes = where.epoch, where.taken, where.passes
+        while need > 0:
+            if taken == size:
+                epoch, taken, passes = epoch + 1, 0, passes + 1
+            count = min(need, size - taken)
+            segments.append(Segment(epoch=epoch, start=taken, count=count))
+            taken, need = taken + count, need - count
+        return segments, SourcePosition(epoch=epoch, taken=taken, passes=passes)
+
+    def remaining_steps(self, position: MixPosition, *, limit: int | None = None) -> int | None:
+        """Batches left before the mixture ends; ``None`` if it never does (or not within ``limit``)."""
+        if self.stop == "never":
+            return None
+        count = 0
+        while limit is None or count < limit:
+            nxt = self.advance(position)
+            if nxt is None:
+                return count
+            position, count = nxt[1], count + 1
+        return None
+
+    def reweighted(
+        self, weights: Mapping[str, Fraction], position: MixPosition
+    ) -> tuple[Schedule, MixPosition]:
+        """This schedule with new weights from ``position`` on (the past is kept as it was)."""
+        return replace(self, weights=dict(weights)), replace(
+            position, since=0, units=dict.fromkeys(position.units, 0)
+        )

@@ -1,0 +1,230 @@
+"""The checkpoint format of a mixture: schema, one table-driven validator, merge. Pure.
+
+A mixture state holds the mixture's own settings and position and, per source, its
+position (plan epoch, samples taken in the source's global order, epochs finished)
+and an ordinary single-table state at that position (exact counts for every split),
+so every source's plan inputs are checked by the same rules as a single table's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .mixing import STOP_RULES, MixPosition, SourcePosition
+from .state import Check, check_fields, is_int, non_negative
+
+__all__ = [
+    "MIXTURE_FORMAT",
+    "MUST_MATCH",
+    "MixtureState",
+    "check_settings",
+    "check_sources",
+    "merge_mixture_states",
+    "weights_differ",
+]
+
+MIXTURE_FORMAT = 1
+"""Bumped on any change of meaning; unknown values are refused."""
+
+
+def _positive(value: object) -> bool:
+    return is_int(value) and value > 0  # type: ignore[operator]
+
+
+def _weights(value: object) -> bool:
+    return isinstance(value, dict) and all(_weight(weight) for weight in value.values())
+
+
+def _weight(value: object) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
+
+
+def _counts(value: object) -> bool:
+    return isinstance(value, dict) and all(non_negative(count) for count in value.values())
+
+
+_TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
+    ("format_version", is_int, "an integer"),
+    ("kind", lambda v: v == "mixture", "'mixture'"),
+    ("global_batch_size", _positive, "a positive integer"),
+    ("unit", _positive, "a positive integer"),
+    ("stop", lambda v: v in STOP_RULES, f"one of {STOP_RULES}"),
+    ("weights", _weights, "a dict of positive numbers"),
+    ("epoch", non_negative, "a non-negative integer"),
+    ("step", non_negative, "a non-negative integer"),
+    ("schedule", lambda v: isinstance(v, dict), "a dict"),
+    ("sources", lambda v: isinstance(v, dict) and bool(v), "a non-empty dict"),
+)
+_SCHEDULE: tuple[tuple[str, Check, str], ...] = (
+    ("since", non_negative, "a non-negative integer"),
+    ("units", _counts, "a dict of non-negative integers"),
+)
+_SOURCE: tuple[tuple[str, Check, str], ...] = (
+    ("epoch", non_negative, "a non-negative integer"),
+    ("taken", non_negative, "a non-negative integer"),
+    ("passes", non_negative, "a non-negative integer"),
+    ("state", lambda v: isinstance(v, dict), "a dict (a single-table state)"),
+)
+MUST_MATCH = ("global_batch_size", "unit", "stop")
+"""Mixture settings that decide the future composition; ``weights`` only with ``reweight``."""
+
+
+@dataclass(frozen=True)
+class MixtureState:
+    """A parsed mixture state: settings, position and every source's table state."""
+
+    global_batch_size: int
+    unit: int
+    stop: str
+    weights: Mapping[str, float]
+    epoch: int
+    position: MixPosition
+    tables: Mapping[str, dict[str, Any]]
+
+    @classmethod
+    def from_dict(cls, state: object) -> MixtureState:
+        """Validate the shape of ``state`` (not yet against a mixture).
+
+        Raises:
+            ValueError: naming the field, the value and the fix.
+        """
+        if isinstance(state, dict) and "samples_consumed_per_split" in state and "kind" not in state:
+            raise ValueError(
+                "this is the state of a single StreamingDataset, not of a StreamingMixture; "
+                "load it into the dataset it came from"
+            )
+        check_fields(state, _TOP_LEVEL[:1], "")
+        assert isinstance(state, dict)
+        if state["format_version"] != MIXTURE_FORMAT:
+            raise ValueError(
+                f"mixture state format_version={state['format_version']!r} is not one this "
+                f"version reads ({MIXTURE_FORMAT}); resume it with the version that wrote it"
+            )
+        check_fields(state, _TOP_LEVEL, "")
+        check_fields(state["schedule"], _SCHEDULE, "schedule")
+        names = list(state["sources"])
+        for where, keys in (("weights", state["weights"]), ("schedule.units", state["schedule"]["units"])):
+            if list(keys) != names:
+                raise ValueError(
+                    f"state field {where!r} names {list(keys)!r} but 'sources' names {names!r}; "
+                    "the checkpoint is damaged or was edited"
+                )
+        sources = {}
+        for name, entry in state["sources"].items():
+            check_fields(entry, _SOURCE, f"sources.{name}")
+            sources[name] = SourcePosition(epoch=entry["epoch"], taken=entry["taken"], passes=entry["passes"])
+        position = MixPosition(
+            step=state["step"],
+            sources=sources,
+            since=state["schedule"]["since"],
+            units=dict(state["schedule"]["units"]),
+        )
+        return cls(
+            global_batch_size=state["global_batch_size"],
+            unit=state["unit"],
+            stop=state["stop"],
+            weights=dict(state["weights"]),
+            epoch=state["epoch"],
+            position=position,
+            tables={name: entry["state"] for name, entry in state["sources"].items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON data."""
+        where = self.position
+        return {
+            "format_version": MIXTURE_FORMAT,
+            "kind": "mixture",
+            "global_batch_size": self.global_batch_size,
+            "unit": self.unit,
+            "stop": self.stop,
+            "weights": dict(self.weights),
+            "epoch": self.epoch,
+            "step": where.step,
+            "schedule": {"since": where.since, "units": dict(where.units)},
+            "sources": {
+                name: {
+                    "epoch": source.epoch,
+                    "taken": source.taken,
+                    "passes": source.passes,
+                    "state": self.tables[name],
+                }
+                for name, source in where.sources.items()
+            },
+        }
+
+
+def check_sources(saved: Sequence[str], current: Sequence[str]) -> None:
+    """Refuse sources added, removed or renamed since the state was saved."""
+    if list(saved) == list(current):
+        return
+    missing = [name for name in saved if name not in current]
+    added = [name for name in current if name not in saved]
+    if missing or added:
+        raise ValueError(
+            f"the state's sources are {list(saved)!r} but this mixture's are {list(current)!r} "
+            f"(missing here: {missing!r}, new here: {added!r}); build the mixture with the "
+            "sources of the checkpoint, under the same names"
+        )
+    raise ValueError(
+        f"the state lists its sources in the order {list(saved)!r} but this mixture in the "
+        f"order {list(current)!r}; give the sources in the checkpoint's order"
+    )
+
+
+def check_settings(saved: MixtureState, current: Mapping[str, object]) -> None:
+    """Refuse a different batch size, unit or stopping rule, naming the fix."""
+    for name in MUST_MATCH:
+        value = getattr(saved, name)
+        if value != current[name]:
+            raise ValueError(
+                f"checkpoint has {name}={value!r} but this mixture has {name}={current[name]!r}; "
+                f"build the mixture with {name}={value!r} to resume it"
+            )
+
+
+def weights_differ(saved: Mapping[str, float], current: Mapping[str, float]) -> bool:
+    """True when the weights give different proportions (scale does not matter)."""
+    saved_total, current_total = sum(saved.values()), sum(current.values())
+    return any(
+        not math.isclose(saved[name] / saved_total, current[name] / current_total, rel_tol=1e-12)
+        for name in saved
+    )
+
+
+def merge_mixture_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The one state every rank of a new run loads: every rank's state is the same.
+
+    A mixture's position is a number of global batches, the same on every rank of a
+    synchronous job, so merging checks that the states agree and returns one of them.
+
+    Raises:
+        ValueError: no states, a malformed one, or two states that differ (taken at
+            different steps or from different mixtures).
+    """
+    if not states:
+        raise ValueError("merge_state_dicts needs at least one state")
+    parsed = [MixtureState.from_dict(state) for state in states]
+    first = parsed[0]
+    for index, other in enumerate(parsed[1:], start=1):
+        for name in ("epoch", "step", "weights", "global_batch_size", "unit", "stop"):
+            if name == "step":
+                mine, theirs = first.position.step, other.position.step
+            else:
+                mine, theirs = getattr(first, name), getattr(other, name)
+            if mine != theirs:
+                raise ValueError(
+                    f"mixture state 0 has {name}={mine!r} but state {index} has {name}={theirs!r}; "
+                    "merge the states of one checkpoint of one run, taken at the same step"
+                )
+        if other.position != first.position:
+            raise ValueError(
+                f"mixture states 0 and {index} stand at different source positions at the same "
+                "step; they come from different runs"
+            )
+    return dict(states[0])

@@ -1,0 +1,460 @@
+"""``StreamingMixture``: several tables mixed by weights into one exactly resumable stream."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import warnings
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from torch.utils.data import IterableDataset, get_worker_info
+
+from . import _compat, source, watchdog
+from .dataset import StreamingDataset
+from .errors import EpochCompleteWarning
+from .lifecycle import LiveSlot, Samples
+from .mixing import STOP_RULES, MixPosition, Schedule, SourcePosition, normalise_weights, split_counts
+from .mixread import RankStream
+from .mixstate import MixtureState, check_settings, check_sources, merge_mixture_states, weights_differ
+from .options import as_epoch
+from .progress import SplitProgress
+
+__all__ = ["StreamingMixture"]
+
+
+def _check_sources(sources: object) -> dict[str, StreamingDataset]:
+    if not isinstance(sources, Mapping) or not sources:
+        raise TypeError(
+            f"sources must be a non-empty dict from name to StreamingDataset, got "
+            f"{type(sources).__name__}; e.g. StreamingMixture({{'web': web, 'code': code}}, ...)"
+        )
+    checked = {}
+    for name, data in sources.items():
+        if not isinstance(name, str):
+            raise TypeError(f"source names must be str, got {name!r}; name every source")
+        if not isinstance(data, StreamingDataset):
+            raise TypeError(f"sources[{name!r}] is a {type(data).__name__}, not a StreamingDataset")
+        refused = [
+            ("pack_sequences", data._options.pack_sequences, None, "pack rows in each source's transform"),
+            ("evaluation", data.evaluation, False, "mix training datasets"),
+            ("endless", data.endless, False, "the mixture's stop rule decides when a source repeats"),
+            ("on_transform_error", data._options.on_transform_error, "skip", None),
+        ]
+        for field, value, allowed, fix in refused:
+            bad = value == "skip" if field == "on_transform_error" else value != allowed
+            if bad:
+                raise ValueError(
+                    f"sources[{name!r}] has {field}={value!r}, which a mixture cannot use"
+                    + (
+                        ": dropped rows would make ranks take unequal numbers of samples; use "
+                        "on_transform_error='replace'"
+                        if fix is None
+                        else f"; {fix}"
+                    )
+                )
+        checked[name] = data
+    first_name, first = next(iter(checked.items()))
+    for name, data in checked.items():
+        if (data.rank, data.world_size) != (first.rank, first.world_size):
+            raise ValueError(
+                f"sources[{name!r}] has rank={data.rank}, world_size={data.world_size} but "
+                f"sources[{first_name!r}] has rank={first.rank}, world_size={first.world_size}; "
+                "build every source for the same rank and world size"
+            )
+    return checked
+
+
+def _check_unit(unit: object, sources: Mapping[str, StreamingDataset]) -> int:
+    splits = {name: data.num_splits for name, data in sources.items()}
+    world = next(iter(sources.values())).world_size
+    if unit is None:
+        return math.gcd(*splits.values())
+    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
+        raise ValueError(f"unit={unit!r} must be a positive integer (or None for the default)")
+    uneven = [name for name, count in splits.items() if count % unit]
+    if uneven or unit % world:
+        raise ValueError(
+            f"unit={unit} must divide every source's num_splits ({splits}) and be a multiple "
+            f"of world_size={world}; choose a divisor of {math.gcd(*splits.values())} that is a "
+            f"multiple of {world}"
+        )
+    return unit
+
+
+class StreamingMixture(IterableDataset[Any]):
+    """Several ``StreamingDataset`` sources mixed by weights, with exact, elastic resume.
+
+    Every global batch of ``global_batch_size`` samples holds a fixed number of
+    samples of each source, a multiple of ``unit``: floor or ceil of its share, with
+    the shares exact in the long run (within one unit at every step). The numbers
+    are the same for every world size and worker count, and every rank takes
+    ``global_batch_size / world_size`` samples per batch, the same number of each
+    source on every rank. Each source keeps its own splits, plan, filter and
+    columns, and is read in its own plan's order; a source that runs out continues
+    into its own next epoch or ends the mixture, as ``stop`` says.
+
+    Args:
+        sources: Name -> ``StreamingDataset``, all built for this rank and world
+            size; the order given is the order inside every batch.
+        weights: Name -> positive weight (normalised); the same names.
+        global_batch_size: Samples of one batch over all ranks (a multiple of
+            ``unit``); the loader's ``batch_size`` is this over ``world_size``.
+        stop: ``"never"`` (every source repeats, endless), ``"first_exhausted"``
+            (end before the first batch a source cannot fill from its epoch) or
+            ``"all_exhausted"`` (sources repeat until the last one to run out cannot
+            fill its share). The rows a source cannot fill a batch with when the
+            mixture ends are not delivered (fewer than its share of one batch).
+        unit: Samples of a source per batch come in multiples of this; it must
+            divide every source's ``num_splits`` and be a multiple of every world
+            size the job will run on. Default: the gcd of the sources' ``num_splits``.
+
+    Not guaranteed: samples of a partial batch taken by a plain ``for`` loop over the
+    mixture are delivered again after a resume (the state counts whole batches; a
+    ``StreamingDataLoader`` with the mixture's batch size never leaves one).
+
+    Raises:
+        TypeError: ``sources`` is not a dict of ``StreamingDataset``.
+        ValueError: a setting out of range or sources that cannot be mixed (the
+            message names the source, the field and the fix).
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, StreamingDataset],
+        *,
+        weights: Mapping[str, float],
+        global_batch_size: int,
+        stop: str = "never",
+        unit: int | None = None,
+    ) -> None:
+        self._sources = _check_sources(sources)
+        if not isinstance(weights, Mapping) or list(weights) != list(self._sources):
+            given = list(weights) if isinstance(weights, Mapping) else weights
+            raise ValueError(
+                f"weights must name the sources in their order, {list(self._sources)!r}; got {given!r}"
+            )
+        if stop not in STOP_RULES:
+            raise ValueError(f"stop={stop!r} is not one of {STOP_RULES}")
+        self._unit = _check_unit(unit, self._sources)
+        batch = global_batch_size
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % self._unit:
+            raise ValueError(
+                f"global_batch_size={batch!r} must be a positive multiple of unit={self._unit} "
+                "(samples of a source per batch come in units, see the unit argument)"
+            )
+        self._given = {name: float(weight) for name, weight in weights.items()}
+        self._schedule = Schedule(
+            weights=normalise_weights(self._given),
+            global_batch_size=batch,
+            unit=self._unit,
+            epoch_samples=self._epoch_samples(),
+            stop=stop,
+        )
+        self._position = self._schedule.start({name: data.epoch for name, data in self._sources.items()})
+        self._epoch = 0
+        self._live = LiveSlot()
+        self._for_loader = False
+        self._shipped = False
+        self._trainer_pid: int | None = None
+
+    def _epoch_samples(self) -> dict[str, int]:
+        return {name: data.num_splits * data.split_length for name, data in self._sources.items()}
+
+    def __repr__(self) -> str:
+        return (
+            f"StreamingMixture(sources={list(self._sources)}, weights={self._given}, "
+            f"global_batch_size={self.global_batch_size}, unit={self._unit}, stop={self.stop!r}, "
+            f"epoch={self._epoch}, step={self._position.step})"
+        )
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def sources(self) -> dict[str, StreamingDataset]:
+        """The sources by name, in batch order."""
+        return dict(self._sources)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The weights as given (the shares are these normalised)."""
+        return dict(self._given)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples of one batch over all ranks."""
+        return self._schedule.global_batch_size
+
+    @property
+    def batch_size(self) -> int:
+        """Samples of one batch on this rank: ``global_batch_size / world_size``."""
+        return self.global_batch_size // self.world_size
+
+    @property
+    def unit(self) -> int:
+        """Samples of a source per batch come in multiples of this."""
+        return self._unit
+
+    @property
+    def stop(self) -> str:
+        """The stopping rule."""
+        return self._schedule.stop
+
+    @property
+    def endless(self) -> bool:
+        """True for ``stop="never"``."""
+        return self.stop == "never"
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        return next(iter(self._sources.values())).rank
+
+    @property
+    def world_size(self) -> int:
+        """Ranks of the job."""
+        return next(iter(self._sources.values())).world_size
+
+    @property
+    def epoch(self) -> int:
+        """The mixture's epoch (``set_epoch``); each source has its own plan epoch."""
+        return self._epoch
+
+    @property
+    def step(self) -> int:
+        """Global batches delivered in this epoch (whole batches, as the state counts)."""
+        return self._position.step
+
+    def batch_counts(self, steps: int) -> list[dict[str, int]]:
+        """Samples of each source in each of the next ``steps`` global batches (all ranks)."""
+        counts, position = [], self._position
+        for _ in range(steps):
+            nxt = self._schedule.advance(position)
+            if nxt is None:
+                break
+            counts.append({name: nxt[0].count(name) for name in self._sources})
+            position = nxt[1]
+        return counts
+
+    def __len__(self) -> int:
+        """Samples this rank's next iterator yields (whole batches).
+
+        Raises:
+            TypeError: ``stop="never"``: the mixture has no end.
+        """
+        steps = self._schedule.remaining_steps(self._position)
+        if steps is None:
+            raise TypeError("a StreamingMixture with stop='never' has no len(); count steps")
+        return steps * self.batch_size
+
+    # -- iteration ----------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        """Yield this rank's samples, batch after batch, from the committed position.
+
+        In DataLoader worker w of k, only batches w, w + k, ... (counted from the
+        committed position) are yielded. A new iterator closes an older one that has
+        not finished (its later ``next()`` raises ``RuntimeError``).
+        """
+        info = get_worker_info()
+        if info is not None:
+            source.check_fork_safety()
+            watchdog.watch_trainer(self._trainer_pid)
+        worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
+        if not self._for_loader and info is None:
+            self._start_iteration("iter(mixture)")
+        iterator = Samples(self._samples(worker, workers), "iter(mixture)")
+        self._live.hold(iterator)
+        return iterator
+
+    def _samples(self, offset: int, stride: int) -> Generator[Any, None, None]:
+        streams = {name: RankStream(data) for name, data in self._sources.items()}
+        position, index = self._position, 0
+        try:
+            while True:
+                nxt = self._schedule.advance(position)
+                if nxt is None:
+                    return
+                step, after = nxt
+                mine = index % stride == offset
+                batch = [
+                    sample
+                    for name, segments in step.segments.items()
+                    for segment in segments
+                    for sample in streams[name].read(segment, keep=mine)
+                ]
+                if mine:
+                    yield from batch[:-1]
+                    self._position = after  # the batch is whole once its last sample goes
+                    yield batch[-1]
+                position, index = after, index + 1
+        finally:
+            for stream in streams.values():
+                stream.close()
+
+    def _start_iteration(self, description: str) -> None:
+        self._live.close_live(f"a new iterator ({description})")
+        if self._schedule.advance(self._position) is None:
+            warnings.warn(
+                f"epoch {self._epoch} of this mixture has ended, so this iterator yields nothing; "
+                f"call set_epoch({self._epoch + 1}) to start another",
+                EpochCompleteWarning,
+                stacklevel=4,
+            )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start mixture epoch ``epoch`` (a no-op for the current one).
+
+        Every source starts its next epoch it has not begun (position 0); the
+        long-run shares carry on. An unfinished iterator is closed first.
+        """
+        epoch = as_epoch(epoch)
+        if epoch == self._epoch:
+            return
+        self._live.close_live(f"set_epoch({epoch})")
+        sources = {
+            name: SourcePosition(epoch=where.epoch + (1 if where.taken else 0))
+            for name, where in self._position.sources.items()
+        }
+        self._position = dataclasses.replace(self._position, step=0, sources=sources)
+        self._epoch = epoch
+
+    @contextmanager
+    def _shipping(self) -> Iterator[None]:
+        """While a loader starts its workers: the pickles are the loader's."""
+        datasets: list[StreamingDataset | StreamingMixture] = [self, *self._sources.values()]
+        for data in datasets:
+            data._for_loader = True
+        try:
+            yield
+        finally:
+            for data in datasets:
+                data._for_loader = False
+
+    def _commit_step(self) -> None:
+        """A loader handed one batch (from a worker) to the trainer."""
+        nxt = self._schedule.advance(self._position)
+        if nxt is None:
+            raise RuntimeError(
+                "a batch arrived after the mixture's end: the workers disagree with the trainer"
+            )
+        self._position = nxt[1]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle for a worker process: settings, sources and position, no handles."""
+        state = dict(self.__dict__)
+        state["_live"] = LiveSlot()
+        state["_trainer_pid"] = os.getpid()
+        state["_shipped"] = False
+        if _compat.pickling_for_child_process() and not self._for_loader:
+            self._shipped = True  # a plain DataLoader's workers: their progress never comes back
+            self._live.close_live("the worker processes of a plain DataLoader")
+        return state
+
+    # -- checkpoints ----------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last whole global batch, as plain JSON data.
+
+        The same on every rank, every world size and worker count; it holds every
+        source's single-table state at its position. Never contains credentials.
+
+        Raises:
+            RuntimeError: the mixture was iterated by a plain DataLoader's workers.
+        """
+        if self._shipped:
+            raise RuntimeError(
+                "this mixture was sent to the worker processes of a plain DataLoader, whose "
+                "progress never reaches this process; iterate it with "
+                "streaming.StreamingDataLoader, which counts each batch as it is returned"
+            )
+        tables = {name: self._table_state(name, where) for name, where in self._position.sources.items()}
+        return MixtureState(
+            global_batch_size=self.global_batch_size,
+            unit=self._unit,
+            stop=self.stop,
+            weights=self._given,
+            epoch=self._epoch,
+            position=self._position,
+            tables=tables,
+        ).to_dict()
+
+    def _table_state(self, name: str, where: SourcePosition) -> dict[str, Any]:
+        data = self._sources[name]
+        counts = split_counts(where.taken, data.num_splits)
+        progress = [SplitProgress(samples=count, positions=count) for count in counts]
+        described = data._describe(data._view_at(where.epoch), progress)
+        return dataclasses.replace(described, owned_splits=tuple(range(data.num_splits))).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
+        """Resume from ``state`` (of any rank, world size or worker count).
+
+        Everything is validated before anything changes. Each source pins the
+        snapshot its part of the state names.
+
+        Args:
+            state: A mixture state (``state_dict()`` or ``merge_state_dicts``).
+            reweight: Accept a state saved with other weights: what was delivered
+                stays delivered, and this mixture's weights decide every later batch.
+
+        Raises:
+            ValueError: sources added, removed or renamed; another batch size, unit
+                or stop rule; other weights without ``reweight=True``; any source's
+                plan input that differs (named with the source); a malformed state.
+            RuntimeError: an iterator of this mixture is unfinished and still held.
+        """
+        live = self._live.current()
+        if live is not None:
+            raise RuntimeError(
+                f"cannot load_state_dict while {live.description} has not finished and is still "
+                "held; call its close() (or drop every reference to it) first"
+            )
+        saved = MixtureState.from_dict(state)
+        check_sources(list(saved.tables), list(self._sources))
+        settings = {"global_batch_size": self.global_batch_size, "unit": self._unit, "stop": self.stop}
+        check_settings(saved, settings)
+        changed = weights_differ(saved.weights, self._given)
+        if changed and not reweight:
+            raise ValueError(
+                f"checkpoint has weights={saved.weights!r} but this mixture has "
+                f"weights={self._given!r}; pass reweight=True to load_state_dict to keep "
+                "everything delivered and use the new weights from here on, or build the "
+                f"mixture with weights={saved.weights!r}"
+            )
+        loads = {name: self._checked_table(name, saved) for name in self._sources}
+        for name, (view, progress) in loads.items():
+            self._sources[name]._adopt(view, progress)
+        schedule = dataclasses.replace(self._schedule, epoch_samples=self._epoch_samples())
+        position: MixPosition = saved.position
+        if changed:
+            schedule, position = schedule.reweighted(self._schedule.weights, position)
+        self._schedule, self._position, self._epoch, self._shipped = schedule, position, saved.epoch, False
+
+    def _checked_table(self, name: str, saved: MixtureState) -> tuple[Any, Any]:
+        data, table, where = self._sources[name], saved.tables[name], saved.position.sources[name]
+        try:
+            view, progress = data._checked_load(table)
+        except ValueError as error:
+            raise ValueError(f"source {name!r}: {error}") from None
+        counts = [entry.samples for entry in progress]
+        if view.epoch != where.epoch or counts != split_counts(where.taken, data.num_splits):
+            raise ValueError(
+                f"source {name!r}: its table state (epoch {view.epoch}) does not match its "
+                f"position (epoch {where.epoch}, {where.taken} samples taken); the checkpoint "
+                "is damaged or was edited"
+            )
+        return view, progress
+
+    @staticmethod
+    def merge_state_dicts(states: list[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
+        """The state every rank of a new run loads: the ranks' states agree, so one of them.
+
+        ``allow_lag`` is accepted for symmetry with ``StreamingDataset`` and ignored.
+
+        Raises:
+            ValueError: states of different steps or mixtures, or malformed ones.
+        """
+        del allow_lag
+        return merge_mixture_states(states)
