@@ -66,6 +66,16 @@ def split_counts(taken: int, num_splits: int) -> list[int]:
     return [whole + (1 if split < extra else 0) for split in range(num_splits)]
 
 
+def _priority(following: int, rate: Fraction, index: int) -> tuple[int, int, int, int]:
+    """PD^2 order of a source's ``following``-th extra unit at ``rate`` (smaller first)."""
+    deadline = math.ceil(following / rate)
+    late = deadline - math.floor(following / rate)  # the b-bit: 1 if the next window overlaps
+    group = 0
+    if late and rate >= Fraction(1, 2):  # heavy: the group deadline breaks the tie
+        group = math.ceil(math.ceil(deadline * (1 - rate)) / (1 - rate))
+    return (deadline, -late, -group, index)
+
+
 @dataclass(frozen=True)
 class SourcePosition:
     """Where one source stands: its plan epoch, samples taken from it, epochs finished."""
@@ -132,19 +142,28 @@ class Schedule:
     def units(self, position: MixPosition) -> dict[str, int]:
         """Units of each source in the batch after ``position``.
 
-        Each source gets the floor of its exact share; the leftover units go to the
-        sources with a fractional share that are furthest behind (ties: source order).
+        Each source gets the floor of its exact share M * w; the M - sum(floors)
+        leftover units go, one each, to sources with a fractional share f, chosen as a
+        proportionate-fair (PD^2) scheduler chooses tasks of weight f for that many
+        processors: only sources whose next extra unit is due (its release
+        floor((j - 1) / f) has come), the earliest deadline ceil(j / f) first, ties by
+        the b-bit and the group deadline, then source order. That keeps every source's
+        extra units since the weights took effect strictly within one of n * f, so its
+        total stays within one unit of its exact share at every batch.
         """
-        total = self.units_per_step
+        total, since = self.units_per_step, position.since
         given: dict[str, int] = {}
-        behind: list[tuple[Fraction, int, str]] = []
+        due: list[tuple[tuple[int, int, int, int], str]] = []
         for index, (name, weight) in enumerate(self.weights.items()):
             share = total * weight
             given[name] = math.floor(share)
-            if share != given[name]:
-                deficit = (position.since + 1) * share - position.units[name] - given[name]
-                behind.append((-deficit, index, name))
-        for _, _, name in sorted(behind)[: total - sum(given.values())]:
+            rate = share - given[name]
+            if rate:
+                following = position.units[name] - since * given[name] + 1  # its next extra unit
+                if math.floor((following - 1) / rate) <= since:
+                    due.append((_priority(following, rate, index), name))
+        extra = total - sum(given.values())
+        for _, name in sorted(due)[:extra]:
             given[name] += 1
         return given
 

@@ -9,10 +9,12 @@ order, cycle after cycle. A segment of the mixture schedule (global positions
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 from .mixing import Segment
+from .plan import digest
 from .reader import SplitReaders, open_readers
 
 if TYPE_CHECKING:
@@ -24,8 +26,9 @@ __all__ = ["RankStream"]
 class RankStream:
     """Reads segments of one source for this rank, in order, opening each epoch's plan."""
 
-    def __init__(self, dataset: StreamingDataset) -> None:
+    def __init__(self, dataset: StreamingDataset, *, name: str) -> None:
         self._dataset = dataset
+        self._salt = (digest("mixture source", name),)  # per-row generators differ by source
         self._splits = dataset.owned_splits()
         self._world = dataset.world_size
         self._stack: ExitStack | None = None
@@ -40,7 +43,7 @@ class RankStream:
         width = len(self._splits)
         starts = {split: max(0, -(-(local - index) // width)) for index, split in enumerate(self._splits)}
         self._stack = ExitStack()
-        windows = view.window_source(data._options, data._counters)
+        windows = dataclasses.replace(view.window_source(data._options, data._counters), rng_salt=self._salt)
         threads = data._options.io_queue_depth
         readers = self._stack.enter_context(open_readers(windows, starts, io_threads=threads))
         self._readers, self._epoch, self._local = readers, epoch, local

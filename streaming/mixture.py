@@ -153,12 +153,27 @@ class StreamingMixture(IterableDataset[Any]):
             epoch_samples=self._epoch_samples(),
             stop=stop,
         )
+        self._check_fits()
         self._position = self._schedule.start({name: data.epoch for name, data in self._sources.items()})
         self._epoch = 0
         self._live = LiveSlot()
         self._for_loader = False
         self._shipped = False
         self._trainer_pid: int | None = None
+
+    def _check_fits(self) -> None:
+        """With a stopping rule, every source's epoch must fill its largest share of a batch."""
+        if self.stop == "never":
+            return
+        for name, weight in self._schedule.weights.items():
+            most = math.ceil(self._schedule.units_per_step * weight) * self._unit
+            have = self._schedule.epoch_samples[name]
+            if have < most:
+                raise ValueError(
+                    f"sources[{name!r}] holds {have} samples per epoch, fewer than its share of one "
+                    f"global batch ({most}), so stop={self.stop!r} would end the mixture before "
+                    "it starts; use stop='never' or a smaller global_batch_size"
+                )
 
     def _epoch_samples(self) -> dict[str, int]:
         return {name: data.num_splits * data.split_length for name, data in self._sources.items()}
@@ -270,7 +285,7 @@ class StreamingMixture(IterableDataset[Any]):
         return iterator
 
     def _samples(self, offset: int, stride: int) -> Generator[Any, None, None]:
-        streams = {name: RankStream(data) for name, data in self._sources.items()}
+        streams = {name: RankStream(data, name=name) for name, data in self._sources.items()}
         position, index = self._position, 0
         try:
             while True:

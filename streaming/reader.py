@@ -37,13 +37,14 @@ class WindowSource:
     transform_threads: int = 1
     transform_depth: int = 1
     transform_rng: bool = False
+    rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
         if self.transform is None:
             return None
         settings = self.plan.settings
-        seeds = Seeds(settings.seed, settings.epoch) if self.transform_rng else None
+        seeds = Seeds(settings.seed, settings.epoch, self.rng_salt) if self.transform_rng else None
         return Transformer(
             self.transform,
             self.batch_rows,

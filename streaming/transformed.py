@@ -49,16 +49,20 @@ class _Done:
 
 @dataclass(frozen=True)
 class Seeds:
-    """Where per-row random generators come from: (seed, epoch) of the plan."""
+    """Where per-row random generators come from: (seed, epoch) of the plan, and a
+    ``salt`` that tells apart the sources of a mixture (empty for a single table)."""
 
     seed: int
     epoch: int
+    salt: tuple[int, ...] = ()
 
     def rngs(self, split: int, first: int, count: int) -> list[np.random.Generator]:
         """Generators of the rows at positions ``first``, ... of ``split``: each seeded from
         (seed, epoch, split, position), so the same on every run, topology and batch size."""
         return [
-            np.random.default_rng(np.random.SeedSequence([self.seed, self.epoch, split, position]))
+            np.random.default_rng(
+                np.random.SeedSequence([*self.salt, self.seed, self.epoch, split, position])
+            )
             for position in range(first, first + count)
         ]
 
