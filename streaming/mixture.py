@@ -145,9 +145,10 @@ class StreamingMixture(IterableDataset[Any]):
                 f"global_batch_size={batch!r} must be a positive multiple of unit={self._unit} "
                 "(samples of a source per batch come in units, see the unit argument)"
             )
+        exact = normalise_weights(weights)  # checks every weight first
         self._given = {name: float(weight) for name, weight in weights.items()}
         self._schedule = Schedule(
-            weights=normalise_weights(self._given),
+            weights=exact,
             global_batch_size=batch,
             unit=self._unit,
             epoch_samples=self._epoch_samples(),

@@ -123,6 +123,11 @@ def open_table(
         dataset = table
     elif isinstance(table, (str, os.PathLike)):
         dataset = _open_dataset(os.fspath(table), None, storage_options)
+    elif isinstance(table, list | tuple | dict):
+        raise TypeError(
+            f"table must be one table, got a {type(table).__name__}; to mix several tables, build a "
+            "StreamingDataset for each and combine them with streaming.StreamingMixture"
+        )
     else:
         raise TypeError(
             f"table must be a LanceDB table, a lance.LanceDataset or a URI string, got {type(table).__name__}"

@@ -225,6 +225,11 @@ def parse_state(state: object) -> StreamState:
     if isinstance(state, dict) and "format_version" not in state and "samples_consumed_per_split" in state:
         raise ValueError(_PEER_HINT)
     _refuse_a_whole_checkpoint(state)
+    if isinstance(state, dict) and state.get("kind") == "mixture":
+        raise ValueError(
+            "this is the state of a StreamingMixture, not of one StreamingDataset; load it "
+            "into the mixture (mixture.load_state_dict) built from the same sources"
+        )
     version = state.get("format_version") if isinstance(state, dict) else None
     if is_int(version) and version not in _READABLE:
         raise ValueError(
