@@ -111,16 +111,23 @@ class MixtureLoader(StreamingDataLoader):
         return _MixtureBatches(self)
 
     def __len__(self) -> int:
-        """Batches the next iteration yields (``len_counts="epoch"``: of the whole epoch).
+        """Batches the next iteration yields; with ``len_counts="epoch"``, the batches of the
+        whole epoch (for ``stop="never"``: the batches until its first source would run
+        out, a fixed length frameworks can count epochs by; the stream itself goes on).
 
         Raises:
-            TypeError: ``stop="never"``.
+            TypeError: ``stop="never"`` without ``len_counts="epoch"``.
         """
         mixture = self._mixture
+        if self._len_counts == "epoch":
+            return mixture._epoch_steps()
         if mixture.endless:
-            raise TypeError("the loader of a StreamingMixture with stop='never' has no len(); count steps")
-        left = mixture._schedule.remaining_steps(mixture._position) or 0
-        return mixture.step + left if self._len_counts == "epoch" else left
+            raise TypeError(
+                "the loader of a StreamingMixture with stop='never' has no len(); count steps, or "
+                "pass len_counts='epoch' for a fixed epoch length (what Lightning needs to fetch "
+                "no batch ahead)"
+            )
+        return mixture._schedule.remaining_steps(mixture._position) or 0
 
     def replay_allowance(self) -> int:
         """0: a mixture's state is exact after every batch the loader returns."""

@@ -254,6 +254,15 @@ class StreamingMixture(IterableDataset[Any]):
             position = nxt[1]
         return counts
 
+    def _epoch_steps(self) -> int:
+        """Global batches of a whole epoch; for ``stop="never"``, those until the first
+        source would run out, counted from fresh epochs of every source."""
+        if not self.endless:
+            return self.step + (self._schedule.remaining_steps(self._position) or 0)
+        finite = dataclasses.replace(self._schedule, stop="first_exhausted")
+        epochs = {name: where.epoch for name, where in self._position.sources.items()}
+        return finite.remaining_steps(finite.start(epochs)) or 0
+
     def __len__(self) -> int:
         """Samples this rank's next iterator yields (whole batches).
 

@@ -1,0 +1,83 @@
+"""A mixture in a real torch.distributed (gloo) job: checkpoint on 2 ranks x 2 workers,
+resume on 3 ranks; every global batch as in one uninterrupted process. (G17)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from functools import partial
+from pathlib import Path
+
+import pytest
+from mixtures import make_tables, mixture, run_job
+from test_distributed import free_port
+
+RANK_SCRIPT = Path(__file__).with_name("mix_rank.py")
+
+
+@pytest.fixture(scope="module")
+def uris(tmp_path_factory) -> dict[str, str]:
+    return make_tables(tmp_path_factory.mktemp("mixdist"))
+
+
+def launch(uris: dict[str, str], out: Path, world_size: int, *flags: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(RANK_SCRIPT),
+                f"--a={uris['a']}",
+                f"--b={uris['b']}",
+                f"--out={out}",
+                f"--rank={rank}",
+                f"--world-size={world_size}",
+                f"--port={port}",
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(world_size)
+    ]
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=300)[0])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert [process.returncode for process in processes] == [0] * world_size, "\n".join(outputs)
+
+
+def global_batches(out: Path, world_size: int) -> dict[int, list[int]]:
+    """Step -> sorted ids of every rank's batch; every rank must log every step once."""
+    by_step: dict[int, list[int]] = defaultdict(list)
+    ranks: dict[int, int] = defaultdict(int)
+    for path in sorted(out.glob("rank*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            by_step[record["step"]].extend(record["ids"])
+            ranks[record["step"]] += 1
+    assert set(ranks.values()) == {world_size}, f"ranks took unequal steps: {dict(ranks)}"
+    return {step: sorted(ids) for step, ids in by_step.items()}
+
+
+def test_gloo_ranks_with_workers_resume_a_mixture_on_three_ranks(uris, tmp_path):
+    reference = run_job(partial(mixture, uris, stop="first_exhausted"), 1)
+    first = tmp_path / "first"
+    launch(uris, first, 2, "--workers=2", "--checkpoint-every=3", "--stop-after=5")
+    before = global_batches(first, 2)
+    assert sorted(before) == [1, 2, 3, 4, 5]
+    second = tmp_path / "second"
+    launch(uris, second, 3, "--workers=0", f"--resume={first / 'checkpoint3.json'}")
+    after = global_batches(second, 3)
+    assert sorted(after) == list(range(4, len(reference) + 1)), "the resumed job starts after step 3"
+    assert [before[step] for step in (1, 2, 3)] + [after[s] for s in sorted(after)] == reference
+    assert [before[4], before[5]] == [after[4], after[5]], "the replayed steps differ"
