@@ -26,8 +26,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+import numpy as np
+
 __all__ = [
     "STOP_RULES",
+    "batch_order",
     "MixPosition",
     "Schedule",
     "Segment",
@@ -58,6 +61,13 @@ def normalise_weights(weights: Mapping[str, float]) -> dict[str, Fraction]:
         exact[name] = Fraction(weight).limit_denominator(10**9)
     total = sum(exact.values())
     return {name: value / total for name, value in exact.items()}
+
+
+def batch_order(seed: int, *, epoch: int, step: int, rank: int, size: int) -> list[int]:
+    """The order of one rank's ``size`` samples of batch ``step``: a permutation seeded
+    from (seed, epoch, step, rank), so micro-batches cut from it mix the sources too."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, step, rank]))
+    return [int(index) for index in rng.permutation(size)]
 
 
 def split_counts(taken: int, num_splits: int) -> list[int]:

@@ -54,6 +54,7 @@ _TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
     ("global_batch_size", _positive, "a positive integer"),
     ("unit", _positive, "a positive integer"),
     ("stop", lambda v: v in STOP_RULES, f"one of {STOP_RULES}"),
+    ("seed", lambda v: v is None or non_negative(v), "a non-negative integer or None"),
     ("weights", _weights, "a dict of positive numbers"),
     ("epoch", non_negative, "a non-negative integer"),
     ("step", non_negative, "a non-negative integer"),
@@ -70,8 +71,8 @@ _SOURCE: tuple[tuple[str, Check, str], ...] = (
     ("passes", non_negative, "a non-negative integer"),
     ("state", lambda v: isinstance(v, dict), "a dict (a single-table state)"),
 )
-MUST_MATCH = ("global_batch_size", "unit", "stop")
-"""Mixture settings that decide the future composition; ``weights`` only with ``reweight``."""
+MUST_MATCH = ("global_batch_size", "unit", "stop", "seed")
+"""Mixture settings that decide the future batches; ``weights`` only with ``reweight``."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class MixtureState:
     global_batch_size: int
     unit: int
     stop: str
+    seed: int | None
     weights: Mapping[str, float]
     epoch: int
     position: MixPosition
@@ -128,6 +130,7 @@ class MixtureState:
             global_batch_size=state["global_batch_size"],
             unit=state["unit"],
             stop=state["stop"],
+            seed=state["seed"],
             weights=dict(state["weights"]),
             epoch=state["epoch"],
             position=position,
@@ -143,6 +146,7 @@ class MixtureState:
             "global_batch_size": self.global_batch_size,
             "unit": self.unit,
             "stop": self.stop,
+            "seed": self.seed,
             "weights": dict(self.weights),
             "epoch": self.epoch,
             "step": where.step,
@@ -212,7 +216,7 @@ def merge_mixture_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     parsed = [MixtureState.from_dict(state) for state in states]
     first = parsed[0]
     for index, other in enumerate(parsed[1:], start=1):
-        for name in ("epoch", "step", "weights", "global_batch_size", "unit", "stop"):
+        for name in ("epoch", "step", "weights", "global_batch_size", "unit", "stop", "seed"):
             if name == "step":
                 mine, theirs = first.position.step, other.position.step
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
@@ -16,7 +17,15 @@ from . import _compat, source, watchdog
 from .dataset import StreamingDataset
 from .errors import EpochCompleteWarning
 from .lifecycle import LiveSlot, Samples
-from .mixing import STOP_RULES, MixPosition, Schedule, SourcePosition, normalise_weights, split_counts
+from .mixing import (
+    STOP_RULES,
+    MixPosition,
+    Schedule,
+    SourcePosition,
+    batch_order,
+    normalise_weights,
+    split_counts,
+)
 from .mixread import RankStream
 from .mixstate import MixtureState, check_settings, check_sources, merge_mixture_states, weights_differ
 from .options import as_epoch
@@ -110,6 +119,10 @@ class StreamingMixture(IterableDataset[Any]):
         unit: Samples of a source per batch come in multiples of this; it must
             divide every source's ``num_splits`` and be a multiple of every world
             size the job will run on. Default: the gcd of the sources' ``num_splits``.
+        seed: Each rank's batch is put in an order seeded from (seed, epoch, step,
+            rank), so micro-batches cut from it mix the sources too; ``None`` keeps
+            the sources' samples together, in source order. Which samples a batch
+            holds never depends on it.
 
     Not guaranteed: samples of a partial batch taken by a plain ``for`` loop over the
     mixture are delivered again after a resume (the state counts whole batches; a
@@ -129,6 +142,7 @@ class StreamingMixture(IterableDataset[Any]):
         global_batch_size: int,
         stop: str = "never",
         unit: int | None = None,
+        seed: int | None = 0,
     ) -> None:
         self._sources = _check_sources(sources)
         if not isinstance(weights, Mapping) or list(weights) != list(self._sources):
@@ -139,6 +153,11 @@ class StreamingMixture(IterableDataset[Any]):
         if stop not in STOP_RULES:
             raise ValueError(f"stop={stop!r} is not one of {STOP_RULES}")
         self._unit = _check_unit(unit, self._sources)
+        if seed is not None and (
+            isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
+        ):
+            raise ValueError(f"seed={seed!r} must be a non-negative integer (or None: no shuffle in a batch)")
+        self._seed = None if seed is None else int(seed)
         batch = global_batch_size
         if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % self._unit:
             raise ValueError(
@@ -183,7 +202,7 @@ class StreamingMixture(IterableDataset[Any]):
         return (
             f"StreamingMixture(sources={list(self._sources)}, weights={self._given}, "
             f"global_batch_size={self.global_batch_size}, unit={self._unit}, stop={self.stop!r}, "
-            f"epoch={self._epoch}, step={self._position.step})"
+            f"seed={self._seed}, epoch={self._epoch}, step={self._position.step})"
         )
 
     # -- properties -------------------------------------------------------------
@@ -212,6 +231,11 @@ class StreamingMixture(IterableDataset[Any]):
     def unit(self) -> int:
         """Samples of a source per batch come in multiples of this."""
         return self._unit
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of the order inside each rank's batch (``None``: source order)."""
+        return self._seed
 
     @property
     def stop(self) -> str:
@@ -311,6 +335,11 @@ class StreamingMixture(IterableDataset[Any]):
                     for sample in streams[name].read(segment, keep=mine)
                 ]
                 if mine:
+                    if self._seed is not None:
+                        order = batch_order(
+                            self._seed, epoch=self._epoch, step=position.step, rank=self.rank, size=len(batch)
+                        )
+                        batch = [batch[index] for index in order]
                     yield from batch[:-1]
                     self._position = after  # the batch is whole once its last sample goes
                     yield batch[-1]
@@ -400,6 +429,7 @@ class StreamingMixture(IterableDataset[Any]):
             global_batch_size=self.global_batch_size,
             unit=self._unit,
             stop=self.stop,
+            seed=self._seed,
             weights=self._given,
             epoch=self._epoch,
             position=self._position,
@@ -438,7 +468,12 @@ class StreamingMixture(IterableDataset[Any]):
             )
         saved = MixtureState.from_dict(state)
         check_sources(list(saved.tables), list(self._sources))
-        settings = {"global_batch_size": self.global_batch_size, "unit": self._unit, "stop": self.stop}
+        settings = {
+            "global_batch_size": self.global_batch_size,
+            "unit": self._unit,
+            "stop": self.stop,
+            "seed": self._seed,
+        }
         check_settings(saved, settings)
         changed = weights_differ(saved.weights, self._given)
         if changed and not reweight:

@@ -58,6 +58,7 @@ def mixture(
     *,
     weights: dict[str, float] | None = None,
     stop: str = "never",
+    seed: int | None = 0,
     **options: Any,
 ) -> StreamingMixture:
     return StreamingMixture(
@@ -65,6 +66,7 @@ def mixture(
         weights=weights or WEIGHTS,
         global_batch_size=GLOBAL_BATCH,
         stop=stop,
+        seed=seed,
     )
 
 

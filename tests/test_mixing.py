@@ -167,7 +167,7 @@ def _state(step: int = 3) -> dict:
     for _ in range(step):
         position = schedule.advance(position)[1]
     tables = {"a": {"table": "a"}, "b": {"table": "b"}}
-    return MixtureState(24, 6, "never", {"a": 0.7, "b": 0.3}, 0, position, tables).to_dict()
+    return MixtureState(24, 6, "never", 0, {"a": 0.7, "b": 0.3}, 0, position, tables).to_dict()
 
 
 def test_mixture_state_is_json_and_round_trips():

@@ -48,6 +48,7 @@ def build(uris, names=("a", "b"), **kwargs) -> StreamingMixture:
         ({"names": ("b", "a")}, "in the order"),
         ({"global_batch_size": 96}, "global_batch_size=48 but this mixture has global_batch_size=96"),
         ({"stop": "first_exhausted"}, "stop='never' but this mixture has stop='first_exhausted'"),
+        ({"seed": 5}, "seed=0 but this mixture has seed=5"),
         (
             {"source_options": {"shuffle_seed": 5}},
             "source 'a': checkpoint has shuffle_seed=0 .*=5",
