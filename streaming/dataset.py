@@ -29,7 +29,7 @@ from .options import (
 from .plan import rank_splits, worker_splits
 from .positioned import PositionedDataset
 from .stats import Counters
-from .topology import draw_seed, topology
+from .topology import draw_seed, require_group, topology
 from .view import open_view
 from .worker import WorkerReport
 
@@ -132,6 +132,12 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             ``numpy.random.Generator`` per row, seeded from (``shuffle_seed``, epoch,
             split, position): random crops or masks come out the same on every run,
             after a resume on any topology, and for any ``read_batch_size``.
+        follow_latest: At every move to another epoch (an endless dataset's own, or
+            ``set_epoch``), read the table's newest version instead of the same
+            snapshot: for tables that keep growing. Every rank reads rank 0's choice
+            (broadcast; several ranks need a process group). The state records the
+            version each epoch reads, so a resume is exact; ``load_state_dict`` pins
+            the checkpoint's version until the next epoch.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -173,6 +179,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         evaluation: bool = False,
         endless: bool = False,
         transform_rng: bool = False,
+        follow_latest: bool = False,
     ) -> None:
         rank, world_size = topology(rank, world_size)
         check_handle_options(
@@ -182,6 +189,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
                 "connection_factory": connection_factory,
             }
         )
+        if follow_latest is True and isinstance(world_size, numbers.Integral):
+            require_group(int(world_size), what="follow_latest", fix="leave follow_latest off")
         if shuffle_seed is None and isinstance(world_size, numbers.Integral):
             shuffle_seed = draw_seed(world_size)
         settings = dict(locals())
@@ -267,7 +276,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         _LOG.info(
             "endless dataset of rank %d moves from epoch %d to %d", self.rank, self.epoch, self.epoch + 1
         )
-        self._view = self._view.for_epoch(self._options, self.epoch + 1)
+        self._view = self._epoch_view(self.epoch + 1)
         self._restart()
 
     def set_epoch(self, epoch: int) -> None:
@@ -298,7 +307,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
                 whole,
                 f" (closed {closed.description})" if closed is not None else "",
             )
-        self._view = self._view.for_epoch(self._options, epoch)
+        self._view = self._epoch_view(epoch)
         self._restart()
 
     def stats(self) -> dict[str, float]:

@@ -138,9 +138,9 @@ class MixtureLoader(StreamingDataLoader):
         del strict
         return self._mixture.state_dict()
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Forward to ``StreamingMixture.load_state_dict`` (same weights only)."""
-        self._mixture.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
+        """Forward to ``StreamingMixture.load_state_dict``."""
+        self._mixture.load_state_dict(state, reweight=reweight)
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingMixture.set_epoch``."""

@@ -50,10 +50,11 @@ def _check_sources(sources: object) -> dict[str, StreamingDataset]:
             ("pack_sequences", data._options.pack_sequences, None, "pack rows in each source's transform"),
             ("evaluation", data.evaluation, False, "mix training datasets"),
             ("endless", data.endless, False, "the mixture's stop rule decides when a source repeats"),
-            ("on_transform_error", data._options.on_transform_error, "skip", None),
+            ("follow_latest", data._options.follow_latest, False, "a mixture reads pinned snapshots"),
+            ("on_transform_error", data._options.on_transform_error, "raise or replace", None),
         ]
         for field, value, allowed, fix in refused:
-            bad = value == "skip" if field == "on_transform_error" else value != allowed
+            bad = value not in ("raise", "replace") if field == "on_transform_error" else value != allowed
             if bad:
                 raise ValueError(
                     f"sources[{name!r}] has {field}={value!r}, which a mixture cannot use"
@@ -491,6 +492,7 @@ class StreamingMixture(IterableDataset[Any]):
         if changed:
             schedule, position = schedule.reweighted(self._schedule.weights, position)
         self._schedule, self._position, self._epoch, self._shipped = schedule, position, saved.epoch, False
+        self._check_fits()  # the pinned snapshots may hold fewer rows than the constructed ones
 
     def _checked_table(self, name: str, saved: MixtureState) -> tuple[Any, Any]:
         data, table, where = self._sources[name], saved.tables[name], saved.position.sources[name]

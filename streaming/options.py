@@ -98,6 +98,7 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("evaluation", lambda v: isinstance(v, bool), "True or False"),
     ("endless", lambda v: isinstance(v, bool), "True or False"),
     ("transform_rng", lambda v: isinstance(v, bool), "True or False"),
+    ("follow_latest", lambda v: isinstance(v, bool), "True or False"),
     (
         "columns",
         lambda v: (
@@ -144,6 +145,7 @@ class Options:
     evaluation: bool = False
     endless: bool = False
     transform_rng: bool = False
+    follow_latest: bool = False
 
     @property
     def clump_rows(self) -> int:

@@ -9,6 +9,7 @@ iteration live in ``dataset.py``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,10 +21,13 @@ from .options import Options
 from .plan import EpochPlan
 from .progress import Mark, SplitProgress, fresh
 from .state import StreamState, check_compatible
+from .topology import agree
 from .view import TableView, open_view
 from .worker import WorkerReport
 
 __all__ = ["PositionedDataset"]
+
+_LOG = logging.getLogger("streaming")
 
 
 class PositionedDataset:
@@ -198,6 +202,25 @@ class PositionedDataset:
         view = open_view(pinned, handle, self._options, epoch=saved.epoch)
         check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
         return view, saved.progress
+
+    def _epoch_view(self, epoch: int) -> TableView:
+        """The view of another epoch: re-planned on the same snapshot, or, with
+        ``follow_latest``, on the table's newest version (rank 0's, on every rank)."""
+        if not self._options.follow_latest:
+            return self._view.for_epoch(self._options, epoch)
+        snapshot = self._view.snapshot
+        fix = "leave follow_latest off"
+        version = agree(
+            source.latest_version(snapshot), world_size=self.world_size, what="follow_latest", fix=fix
+        )
+        if version == snapshot.version:
+            return self._view.for_epoch(self._options, epoch)
+        pinned = snapshot.at_version(version)
+        view = open_view(pinned, source.open_snapshot(pinned, fresh=True), self._options, epoch=epoch)
+        if self._tag_snapshot:
+            source.protect(pinned)
+        _LOG.info("epoch %d of rank %d reads version %d of %s", epoch, self.rank, version, snapshot.uri)
+        return view
 
     def _view_at(self, epoch: int) -> TableView:
         """This dataset's snapshot planned for ``epoch``."""

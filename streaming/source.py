@@ -29,6 +29,7 @@ __all__ = [
     "fragment_rows",
     "handle_options",
     "is_integer_list",
+    "latest_version",
     "list_lengths",
     "open_snapshot",
     "open_table",
@@ -351,6 +352,14 @@ def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]]) -> list[tuple[int, np.
 def tag_name(version: int) -> str:
     """The Lance tag that protects ``version`` from cleanup."""
     return f"lance-streaming-v{version}"
+
+
+def latest_version(snapshot: Snapshot) -> int:
+    """The newest version of the snapshot's table now."""
+    if snapshot.connection_factory is not None and snapshot.table_name is not None:
+        _mark_used()
+        return int(snapshot.connection_factory(snapshot.table_name).to_lance().version)
+    return int(_open_dataset(snapshot.uri, None, snapshot.storage_options).version)
 
 
 def protect(snapshot: Snapshot) -> str:

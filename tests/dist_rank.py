@@ -14,6 +14,7 @@ import signal
 from datetime import timedelta
 from pathlib import Path
 
+import lance
 import torch
 import torch.distributed as dist
 
@@ -25,7 +26,7 @@ from streaming import (
     save_state_dict,
 )
 
-from helpers import FailOnIds  # this script runs from the tests folder
+from helpers import FailOnIds, table_data  # this script runs from the tests folder
 
 NUM_SPLITS = 12
 
@@ -48,6 +49,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--fail-ids", default="", help="comma-separated ids the transform fails on")
     parser.add_argument("--on-error", default="raise", help="on_transform_error")
     parser.add_argument("--endless", action="store_true", help="one endless run (needs --stop-after)")
+    parser.add_argument("--follow-latest", action="store_true", help="follow_latest=True")
+    parser.add_argument("--append-at", type=int, default=0, help="rank 0 appends 40 rows after this step")
     return parser.parse_args()
 
 
@@ -74,6 +77,7 @@ def main() -> None:
         transform=FailOnIds(failing) if failing else None,
         on_transform_error=args.on_error,
         endless=args.endless,
+        follow_latest=args.follow_latest,
     )  # rank and world size come from the process group
     loader = StreamingDataLoader(data, batch_size=args.batch, num_workers=args.workers, timeout=120)
     if resume:
@@ -86,7 +90,16 @@ def main() -> None:
             step += 1
             ids = batch["id"].tolist()
             log.write(
-                json.dumps({"step": step, "epoch": data.epoch, "ids": ids, "seed": data.shuffle_seed}) + "\n"
+                json.dumps(
+                    {
+                        "step": step,
+                        "epoch": data.epoch,
+                        "ids": ids,
+                        "seed": data.shuffle_seed,
+                        "version": data.version,
+                    }
+                )
+                + "\n"
             )
             log.flush()
             count = torch.tensor([len(ids)])
@@ -95,6 +108,8 @@ def main() -> None:
                 state = gather_state_dict(loader)
                 if args.rank == 0:
                     save_state_dict({"step": step, "state": state}, args.out / "checkpoint.json")
+            if args.append_at and step == args.append_at and args.rank == 0:
+                lance.write_dataset(table_data(10_000, 40), args.uri, mode="append")
             if args.kill_at and step == args.kill_at and args.rank == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
             if args.stop_after and step == args.stop_after:

@@ -87,6 +87,7 @@ def test_states_of_the_other_kind_are_refused(uris, state):
         ({"weights": {"a": 1.0, "b": 0}}, ValueError, r"weights\['b'\]=0 is not positive"),
         ({"stop": "sometimes"}, ValueError, "stop='sometimes' is not one of"),
         ({"source_options": {"on_transform_error": "skip"}}, ValueError, "on_transform_error='skip'"),
+        ({"source_options": {"on_transform_error": "warn"}}, ValueError, "on_transform_error='warn'"),
         ({"source_options": {"endless": True}}, ValueError, "endless=True"),
         ({"global_batch_size": 4800, "stop": "first_exhausted"}, ValueError, "fewer than its share"),
     ],

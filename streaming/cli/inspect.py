@@ -140,7 +140,7 @@ def _mixture(state: dict[str, Any], args: argparse.Namespace, where: str | None)
     print(f"mixture epoch: {state['epoch']}, global batches delivered: {state['step']}")
     print(
         f"settings: global_batch_size={state['global_batch_size']} unit={state['unit']} "
-        f"stop={state['stop']} weights={state['weights']}"
+        f"stop={state['stop']} seed={state['seed']} weights={state['weights']}"
     )
     print("sources:")
     for name, entry in state["sources"].items():
