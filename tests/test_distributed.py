@@ -26,27 +26,16 @@ def uri(tmp_path_factory) -> str:
     return make_table(tmp_path_factory.mktemp("dist") / "t.lance", [120, 90, 103], deleted=[5, 6, 200])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
-    """Start ``world_size`` rank processes like torchrun would; return their exit codes."""
+def launch_script(script: Path, out: Path, world_size: int, *flags: str) -> tuple[list[int], list[str]]:
+    """Run ``script`` as ``world_size`` gloo ranks (``--out --rank --world-size --port``
+    plus ``flags``), like torchrun would; return their exit codes and outputs."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    flags = [
-        f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
-        for name, value in options.items()
-        if value is not None
-    ]
     processes = [
         subprocess.Popen(
             [
                 sys.executable,
-                str(RANK_SCRIPT),
-                f"--uri={uri}",
+                str(script),
                 f"--out={out}",
                 f"--rank={rank}",
                 f"--world-size={world_size}",
@@ -70,6 +59,23 @@ def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+    return codes, outputs
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
+    """Start ``world_size`` rank processes like torchrun would; return their exit codes."""
+    flags = [
+        f"--{name.replace('_', '-')}" + ("" if value is True else f"={value}")
+        for name, value in options.items()
+        if value is not None
+    ]
+    codes, outputs = launch_script(RANK_SCRIPT, out, world_size, f"--uri={uri}", *flags)
     if options.get("kill_at") is None:
         assert codes == [0] * world_size, "\n".join(outputs)
     return codes

@@ -4,15 +4,13 @@ resume on 3 ranks; every global batch as in one uninterrupted process. (G17)"""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from functools import partial
 from pathlib import Path
 
 import pytest
 from mixtures import make_tables, mixture, run_job
-from test_distributed import free_port
+from test_distributed import launch_script
 
 RANK_SCRIPT = Path(__file__).with_name("mix_rank.py")
 
@@ -23,37 +21,9 @@ def uris(tmp_path_factory) -> dict[str, str]:
 
 
 def launch(uris: dict[str, str], out: Path, world_size: int, *flags: str) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(RANK_SCRIPT),
-                f"--a={uris['a']}",
-                f"--b={uris['b']}",
-                f"--out={out}",
-                f"--rank={rank}",
-                f"--world-size={world_size}",
-                f"--port={port}",
-                *flags,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(world_size)
-    ]
-    outputs = []
-    try:
-        for process in processes:
-            outputs.append(process.communicate(timeout=300)[0])
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert [process.returncode for process in processes] == [0] * world_size, "\n".join(outputs)
+    tables = (f"--a={uris['a']}", f"--b={uris['b']}")
+    codes, outputs = launch_script(RANK_SCRIPT, out, world_size, *tables, *flags)
+    assert codes == [0] * world_size, "\n".join(outputs)
 
 
 def global_batches(out: Path, world_size: int) -> dict[int, list[int]]:
