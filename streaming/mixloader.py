@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import DataLoader, default_collate
 
 from . import _compat
+from .assemble import finish
 from .lifecycle import Guarded
 from .loader import (
     _PRELOAD,
@@ -70,18 +71,23 @@ class MixtureLoader(StreamingDataLoader):
                 f"{dataset.batch_size} samples (global_batch_size={dataset.global_batch_size} over "
                 f"world_size={dataset.world_size}); pass batch_size={dataset.batch_size}"
             )
+        columnar = (
+            collate_fn in (None, default_collate)
+            and batch_sampler is None
+            and all(data._options.transform is None for data in dataset.sources.values())
+        )
         chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
         DataLoader.__init__(
             self,
             dataset,
-            batch_size=batch_size,
+            batch_size=None if columnar else batch_size,
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
-            collate_fn=collate_fn or default_collate,
+            collate_fn=_finish if columnar else collate_fn or default_collate,
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=checked["timeout"],
@@ -94,6 +100,8 @@ class MixtureLoader(StreamingDataLoader):
             in_order=in_order,
         )
         object.__setattr__(self, "sampler", _EpochSampler(dataset))  # type: ignore[arg-type]
+        object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
+        self._columnar = columnar
         self._streaming = dataset  # type: ignore[assignment]
         self._mixture = dataset
         self._preload = (
@@ -155,7 +163,7 @@ class _MixtureBatches(Guarded):
         mixture = loader._mixture
         if loader._preload:
             _compat.forkserver_preload(loader.multiprocessing_context, _PRELOAD)
-        with mixture._shipping():
+        with mixture._shipping(columnar=loader._columnar):
             batches = DataLoader.__iter__(loader)
         supervise(batches, description="iter(loader)")
         self._batches = batches
@@ -186,3 +194,8 @@ class _MixtureBatches(Guarded):
         if self.inner is not None:
             self.inner.close()
         self._finalizer()
+
+
+def _finish(columns: Any) -> dict[str, Any]:
+    """The batch ``default_collate`` would make of a columnar batch's rows."""
+    return finish({name: [column] for name, column in columns.items()})

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from .mixing import Segment
 from .plan import digest
-from .reader import SplitReaders, open_readers
+from .reader import SplitReaders, Window, open_readers
+from .rows import Rows
 
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
@@ -49,35 +52,70 @@ class RankStream:
         self._readers, self._epoch, self._local = readers, epoch, local
         return readers
 
-    def read(self, segment: Segment, *, keep: bool) -> list[Any]:
-        """This rank's samples of ``segment`` (``keep=False``: pass them untransformed)."""
+    def _spans(self, segment: Segment, *, keep: bool) -> tuple[int, int, list[list[tuple[Window, int, int]]]]:
+        """(first rank-local position, count, each split's spans) of ``segment``."""
         start, count = segment.start // self._world, segment.count // self._world
         readers = self._readers
         if readers is None or segment.epoch != self._epoch or start != self._local:
             readers = self._open(segment.epoch, start)
         width = len(self._splits)
-        taken: list[list[Any]] = []
+        spans: list[list[tuple[Window, int, int]]] = []
         for index, split in enumerate(self._splits):
             first = (index - start) % width  # offset in the segment of this split's first sample
             need = max(0, -(-(count - first) // width))
-            samples: list[Any] = []
+            parts = []
             while need > 0:
-                if keep:
-                    part = readers.take(split, need)
-                    samples.extend(part)
-                    need -= len(part)
-                else:
-                    _, low, high = readers.span(split, need)
-                    need -= high - low
-            taken.append(samples)
+                window, low, high = readers.span(split, need) if keep else readers.skip(split, need)
+                parts.append((window, low, high))
+                need -= high - low
+            spans.append(parts)
         self._local = start + count
+        return start, count, spans
+
+    def read(self, segment: Segment, *, keep: bool) -> list[Any]:
+        """This rank's samples of ``segment`` (``keep=False``: pass them untransformed)."""
+        start, count, spans = self._spans(segment, keep=keep)
         if not keep:
             return []
+        taken = [
+            [sample for window, low, high in parts for sample in window.samples(low, high)] for parts in spans
+        ]
         iterators = [iter(samples) for samples in taken]
+        width = len(self._splits)
         return [next(iterators[local % width]) for local in range(start, start + count)]
+
+    def read_columns(self, segment: Segment) -> tuple[list[str], list[Any]]:
+        """This rank's rows of ``segment`` as columns in yield order (no transform)."""
+        start, count, spans = self._spans(segment, keep=True)
+        width = len(self._splits)
+        sizes = np.array([sum(high - low for _, low, high in parts) for parts in spans])
+        local = np.arange(start, start + count)
+        split = local % width
+        within = (local - start - (split - start) % width) // width
+        order = (np.concatenate([[0], np.cumsum(sizes)[:-1]])[split] + within) if count else local
+        windows = [window for parts in spans for window, _, _ in parts]
+        rows = [window for window in windows if isinstance(window, Rows)]
+        if not windows or len(rows) != len(windows):
+            raise TypeError("columnar reads need windows of rows (no transform)")
+        names = rows[0].names
+        columns = []
+        for column in range(len(names)):
+            pieces = [
+                cast(Rows, window).column(column, low, high) for parts in spans for window, low, high in parts
+            ]
+            columns.append(_take(pieces, order))
+        return names, columns
 
     def close(self) -> None:
         """Stop the background reads."""
         if self._stack is not None:
             self._stack.close()
         self._stack, self._readers = None, None
+
+
+def _take(pieces: list[Any], order: np.ndarray) -> Any:
+    """The rows ``order`` of the pieces laid end to end (numpy arrays, or lists of values)."""
+    if pieces and all(isinstance(piece, np.ndarray) for piece in pieces):
+        return np.concatenate(pieces)[order]
+    values = [value for piece in pieces for value in piece]
+    return [values[index] for index in order]

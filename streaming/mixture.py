@@ -11,6 +11,7 @@ from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _compat, source, watchdog
@@ -22,6 +23,7 @@ from .mixing import (
     MixPosition,
     Schedule,
     SourcePosition,
+    Step,
     batch_order,
     normalise_weights,
     split_counts,
@@ -179,6 +181,7 @@ class StreamingMixture(IterableDataset[Any]):
         self._epoch = 0
         self._live = LiveSlot()
         self._for_loader = False
+        self._columnar = False  # a loader's columnar path: yield whole batches of columns
         self._shipped = False
         self._trainer_pid: int | None = None
 
@@ -315,11 +318,12 @@ class StreamingMixture(IterableDataset[Any]):
         worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
         if not self._for_loader and info is None:
             self._start_iteration("iter(mixture)")
-        iterator = Samples(self._samples(worker, workers), "iter(mixture)")
+        iterator = Samples(self._samples(worker, workers, columnar=self._columnar), "iter(mixture)")
         self._live.hold(iterator)
         return iterator
 
-    def _samples(self, offset: int, stride: int) -> Generator[Any, None, None]:
+    def _samples(self, offset: int, stride: int, *, columnar: bool) -> Generator[Any, None, None]:
+        """This process's samples (or, for a loader's columnar path, whole batches)."""
         streams = {name: RankStream(data, name=name) for name, data in self._sources.items()}
         position, index = self._position, 0
         try:
@@ -328,26 +332,55 @@ class StreamingMixture(IterableDataset[Any]):
                 if nxt is None:
                     return
                 step, after = nxt
-                mine = index % stride == offset
-                batch = [
-                    sample
-                    for name, segments in step.segments.items()
-                    for segment in segments
-                    for sample in streams[name].read(segment, keep=mine)
-                ]
-                if mine:
-                    if self._seed is not None:
-                        order = batch_order(
-                            self._seed, epoch=self._epoch, step=position.step, rank=self.rank, size=len(batch)
-                        )
-                        batch = [batch[index] for index in order]
-                    yield from batch[:-1]
+                if index % stride != offset:
+                    for name, segments in step.segments.items():
+                        for segment in segments:
+                            streams[name].read(segment, keep=False)
+                elif columnar:
+                    batch = self._columns(step, streams, position.step)
+                    self._position = after
+                    yield batch
+                else:
+                    samples = [
+                        sample
+                        for name, segments in step.segments.items()
+                        for segment in segments
+                        for sample in streams[name].read(segment, keep=True)
+                    ]
+                    samples = [samples[i] for i in self._order(position.step, len(samples))]
+                    yield from samples[:-1]
                     self._position = after  # the batch is whole once its last sample goes
-                    yield batch[-1]
+                    yield samples[-1]
                 position, index = after, index + 1
         finally:
             for stream in streams.values():
                 stream.close()
+
+    def _order(self, step: int, size: int) -> range | list[int]:
+        """The order of this rank's ``size`` samples of batch ``step``."""
+        if self._seed is None:
+            return range(size)
+        return batch_order(self._seed, epoch=self._epoch, step=step, rank=self.rank, size=size)
+
+    def _columns(self, step: Step, streams: dict[str, RankStream], number: int) -> dict[str, Any]:
+        """This rank's share of ``step`` as whole columns, in the batch's order."""
+        names: list[str] | None = None
+        parts: list[list[Any]] = []
+        for source_name, segments in step.segments.items():
+            for segment in segments:
+                found, columns = streams[source_name].read_columns(segment)
+                if names is None:
+                    names, parts = found, [[] for _ in found]
+                elif found != names:
+                    raise TypeError(
+                        f"sources[{source_name!r}] has columns {found} but an earlier source has "
+                        f"{names}; give every source the same columns= (or a transform, or a collate_fn)"
+                    )
+                for column, part in zip(parts, columns, strict=True):
+                    column.append(part)
+        assert names is not None
+        order = self._order(number, self.batch_size)
+        return {name: _reorder(column, order) for name, column in zip(names, parts, strict=True)}
 
     def _start_iteration(self, description: str) -> None:
         self._live.close_live(f"a new iterator ({description})")
@@ -377,16 +410,19 @@ class StreamingMixture(IterableDataset[Any]):
         self._epoch = epoch
 
     @contextmanager
-    def _shipping(self) -> Iterator[None]:
-        """While a loader starts its workers: the pickles are the loader's."""
+    def _shipping(self, *, columnar: bool = False) -> Iterator[None]:
+        """While a loader starts its iterator: the pickles are the loader's, and with
+        ``columnar`` the iterators yield whole batches of columns."""
         datasets: list[StreamingDataset | StreamingMixture] = [self, *self._sources.values()]
         for data in datasets:
             data._for_loader = True
+        self._columnar = columnar
         try:
             yield
         finally:
             for data in datasets:
                 data._for_loader = False
+            self._columnar = False
 
     def _commit_step(self) -> None:
         """A loader handed one batch (from a worker) to the trainer."""
@@ -520,3 +556,12 @@ class StreamingMixture(IterableDataset[Any]):
         """
         del allow_lag
         return merge_mixture_states(states)
+
+
+def _reorder(parts: list[Any], order: range | list[int]) -> Any:
+    """The pieces of a column laid end to end, then taken in ``order``."""
+    if all(isinstance(part, np.ndarray) for part in parts):
+        joined = np.concatenate(parts)
+        return joined if isinstance(order, range) else joined[np.asarray(order)]
+    values = [value for part in parts for value in part]
+    return [values[index] for index in order]

@@ -174,6 +174,18 @@ class SplitReaders:
         self.positions[split] = position + stop - offset
         return current, offset, stop
 
+    def skip(self, split: int, limit: int) -> tuple[Window, int, int]:
+        """Like ``span``, for rows passed over: nothing is transformed or primed for them."""
+        position = self.positions[split]
+        current = self._current.get(split)
+        if current is None or position - self._current_start[split] >= len(current):
+            self._enter(split, position // self._window_rows)
+            current = self._current[split]
+        offset = position - self._current_start[split]
+        stop = min(len(current), offset + limit)
+        self.positions[split] = position + stop - offset
+        return current, offset, stop
+
     def gauges(self) -> dict[str, int]:
         """What these readers hold now: windows requested and not yet consumed
         (``read_ahead``), rows read and waiting for the transform (``raw_rows``),

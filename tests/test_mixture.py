@@ -10,6 +10,7 @@ from itertools import islice
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from mixtures import (
     GLOBAL_BATCH,
     SPLITS,
@@ -21,7 +22,7 @@ from mixtures import (
     run_job,
     source_of,
 )
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, default_collate
 
 from streaming import EpochCompleteWarning, StreamingDataLoader, StreamingDataset
 
@@ -257,3 +258,28 @@ def test_the_seed_orders_each_batch_and_never_changes_its_samples(uris):
         assert kinds == sorted(kinds), "seed=None must keep each source's samples together"
     halves = [{source_of(i) for i in batch[:12]} for batch in mixed]
     assert all(half == {"a", "b"} for half in halves), "a micro-batch holds one source only"
+
+
+@pytest.mark.parametrize(("seed", "workers"), [(0, 0), (None, 0), (0, 2)])
+def test_columnar_batches_equal_default_collate_of_the_samples(uris, seed, workers):
+    """Without a transform the loader builds batches from columns; they equal the batches
+    ``default_collate`` makes of the same samples (a collate_fn forces the per-sample path)."""
+
+    def batches(collate_fn) -> list[dict]:
+        loader = StreamingDataLoader(
+            mixture(uris, 0, 2, seed=seed),
+            batch_size=24,
+            num_workers=workers,
+            collate_fn=collate_fn,
+            timeout=120 if workers else 0,
+        )
+        return list(islice(loader, 12))
+
+    fast, slow = batches(None), batches(partial(default_collate))
+    for step, (one, other) in enumerate(zip(fast, slow, strict=True)):
+        assert one.keys() == other.keys()
+        for key in one:
+            if isinstance(one[key], torch.Tensor):
+                assert one[key].dtype == other[key].dtype and torch.equal(one[key], other[key]), (step, key)
+            else:
+                assert one[key] == other[key], (step, key)
