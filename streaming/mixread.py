@@ -19,6 +19,7 @@ from .mixing import Segment
 from .plan import digest
 from .reader import SplitReaders, Window, open_readers
 from .rows import Rows
+from .transformed import TransformedRows
 
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
@@ -29,8 +30,9 @@ __all__ = ["RankStream"]
 class RankStream:
     """Reads segments of one source for this rank, in order, opening each epoch's plan."""
 
-    def __init__(self, dataset: StreamingDataset, *, name: str) -> None:
+    def __init__(self, dataset: StreamingDataset, *, name: str, exact: bool = False) -> None:
         self._dataset = dataset
+        self._exact = exact  # transform exactly the rows kept, in calls of their own (workers)
         self._salt = (digest("mixture source", name),)  # per-row generators differ by source
         self._splits = dataset.owned_splits()
         self._world = dataset.world_size
@@ -65,7 +67,9 @@ class RankStream:
             need = max(0, -(-(count - first) // width))
             parts = []
             while need > 0:
-                window, low, high = readers.span(split, need) if keep else readers.skip(split, need)
+                window, low, high = (
+                    readers.span(split, need) if keep and not self._exact else readers.skip(split, need)
+                )
                 parts.append((window, low, high))
                 need -= high - low
             spans.append(parts)
@@ -78,11 +82,17 @@ class RankStream:
         if not keep:
             return []
         taken = [
-            [sample for window, low, high in parts for sample in window.samples(low, high)] for parts in spans
+            [sample for window, low, high in parts for sample in self._samples(window, low, high)]
+            for parts in spans
         ]
         iterators = [iter(samples) for samples in taken]
         width = len(self._splits)
         return [next(iterators[local % width]) for local in range(start, start + count)]
+
+    def _samples(self, window: Window, low: int, high: int) -> list[Any]:
+        if self._exact and isinstance(window, TransformedRows):
+            return window.exact(low, high)
+        return window.samples(low, high)
 
     def read_columns(self, segment: Segment) -> tuple[list[str], list[Any]]:
         """This rank's rows of ``segment`` as columns in yield order (no transform)."""

@@ -324,7 +324,9 @@ class StreamingMixture(IterableDataset[Any]):
 
     def _samples(self, offset: int, stride: int, *, columnar: bool) -> Generator[Any, None, None]:
         """This process's samples (or, for a loader's columnar path, whole batches)."""
-        streams = {name: RankStream(data, name=name) for name, data in self._sources.items()}
+        streams = {
+            name: RankStream(data, name=name, exact=stride > 1) for name, data in self._sources.items()
+        }
         position, index = self._position, 0
         try:
             while True:

@@ -230,6 +230,13 @@ class TransformedRows:
             yield base, self._batch(index), row - base, end - base
             row = end
 
+    def exact(self, start: int, stop: int) -> list[Any]:
+        """Rows [start, stop) transformed in one call of their own, outside the batches
+        (a mixture's worker, whose neighbouring rows belong to other workers)."""
+        record = self._record(np.arange(start, stop))
+        spare = functools.partial(self._spare, start // self._rows)
+        return self._transformer.run(record, self._split, self._start + start, spare).samples
+
     def samples(self, start: int, stop: int) -> list[Any]:
         """Transformed samples for rows [start, stop); a dropped row gives ``None``."""
         parts = self._parts(start, stop)

@@ -222,7 +222,10 @@ class Noisy:
         return [{"id": row["id"], "noise": int(rng.integers(1 << 30))} for row, rng in rows]
 
 
-def test_random_transforms_reproduce_after_a_resume_on_another_topology(uris):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_random_transforms_reproduce_after_a_resume_on_another_topology(uris, workers):
+    """Transformed samples (random values included) are the same after a resume on two
+    ranks, with or without workers (a worker transforms exactly its own rows)."""
     make = partial(mixture, uris, transform=Noisy(), transform_rng=True, columns=["id"])
 
     def noise(batch) -> list[tuple[int, int]]:
@@ -236,7 +239,11 @@ def test_random_transforms_reproduce_after_a_resume_on_another_topology(uris):
     resumed = [make(rank, 2) for rank in range(2)]
     for mix in resumed:
         mix.load_state_dict(state)
-    loaders = [iter(StreamingDataLoader(mix, batch_size=GLOBAL_BATCH // 2)) for mix in resumed]
+    timeout = 120 if workers else 0
+    loaders = [
+        iter(StreamingDataLoader(mix, batch_size=GLOBAL_BATCH // 2, num_workers=workers, timeout=timeout))
+        for mix in resumed
+    ]
     again = make(0, 1)
     straight = iter(StreamingDataLoader(again, batch_size=GLOBAL_BATCH))
     expected = [noise(next(straight)) for _ in range(12)]
