@@ -112,5 +112,5 @@ def test_mixtures_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     """Tiny tables, one repeat: every contender measured, both ratios printed."""
     text, _ = run_section(tmp_path, "mixtures", "--rows", "4096", "--repeats", "1")
     rows = [line for line in text.splitlines() if line.startswith(("| raw", "| one", "| mixture"))]
-    assert len(rows) == 7 and all(line.count("x |") == 2 for line in rows), rows
+    assert len(rows) == 8 and all(line.count("x |") == 2 for line in rows), rows
     assert "The mixture runs at" in text and "k=2 gives" in text
