@@ -9,4 +9,4 @@ paths=(streaming tests)
 "$py" -m ruff format --check "${paths[@]}"
 "$py" -m mypy streaming
 "$py" -m mkdocs build --strict --site-dir "$(mktemp -d)"
-"$py" -m pytest -q "$@"
+"$py" -m pytest -q --durations=15 "$@"
