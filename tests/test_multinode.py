@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,9 @@ import boto3
 import lance
 import pytest
 
-from streaming import StreamingDataset
+from streaming import StreamingDataset, TorchrunStoreWarning, topology
 
-from helpers import ids_of, table_data
+from helpers import ids_of, make_table, table_data
 
 RANK_SCRIPT = Path(__file__).with_name("multinode_rank.py")
 KEY_ID, SECRET = "AKIAMULTINODEID", "multinode-secret"
@@ -245,3 +246,33 @@ def test_a_lost_node_and_the_job_goes_on_with_the_other(uri, s3, tmp_path):
     assert any(attempt["world_size"] == 4 for attempt in found[:-1])
     check_exactly_once(found, planned(uri, s3))
     assert shm_segments() <= before, "shared memory left behind"
+
+
+@pytest.mark.parametrize(
+    ("use_agent_store", "nodes", "restarts", "warns"),
+    [
+        ("True", "2", "1", True),
+        ("False", "2", "1", False),  # TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+        ("True", "1", "3", False),  # one node
+        ("True", "2", "0", False),  # no restarts
+    ],
+)
+def test_a_multinode_torchrun_job_sharing_the_agent_store_is_warned(
+    tmp_path, monkeypatch, use_agent_store, nodes, restarts, warns
+):
+    """The cause of the hang: the agent's store outlives an attempt (pytorch/pytorch#135712).
+    A dataset built under torchrun says so once per process, where a restart would hit it."""
+    local = make_table(tmp_path / "t.lance", [40])
+    monkeypatch.setattr(topology, "_store_checked", False)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", use_agent_store)
+    monkeypatch.setenv("GROUP_WORLD_SIZE", nodes)
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", restarts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StreamingDataset(local, num_splits=2, shuffle_seed=1)
+        StreamingDataset(local, num_splits=2, shuffle_seed=1)
+    found = [warning for warning in caught if warning.category is TorchrunStoreWarning]
+    assert len(found) == int(warns), [str(warning.message) for warning in caught]
+    if warns:
+        assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in str(found[0].message)
+        assert found[0].filename == __file__, "the warning points at the caller's line"
