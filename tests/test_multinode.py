@@ -140,7 +140,7 @@ def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: 
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # a fresh store for every attempt (see the docs)
             **extra,
         }
-        conf = f"is_host={int(node == 0)},last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3"
+        conf = f"is_host={int(node == 0)},last_call_timeout=5,keep_alive_interval=1,keep_alive_max_attempt=3"
         command = [
             sys.executable,
             "-m",
