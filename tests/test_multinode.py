@@ -276,3 +276,26 @@ def test_a_multinode_torchrun_job_sharing_the_agent_store_is_warned(
     if warns:
         assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in str(found[0].message)
         assert found[0].filename == __file__, "the warning points at the caller's line"
+
+
+def test_two_jobs_on_one_host_keep_their_shared_memory_and_fork_servers_apart(tmp_path):
+    """Node-local resources: two gloo jobs of 2 ranks x 2 workers run at once on this
+    host (as two jobs sharing a node would), each with its own forkservers and
+    shared-memory rings; each delivers its epoch exactly once and leaves nothing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import test_distributed as jobs
+
+    local = make_table(tmp_path / "t.lance", [120, 90, 103], deleted=[5, 6, 200])
+    before = shm_segments()
+    with ThreadPoolExecutor(2) as pool:
+        runs = [
+            pool.submit(jobs.launch, local, tmp_path / f"job{job}", 2, workers=2, batch=6, seed=3 + job)
+            for job in range(2)
+        ]
+        for run in runs:
+            run.result()
+    for job in range(2):
+        records = jobs.delivered(tmp_path / f"job{job}")
+        assert Counter(jobs.ids(records)) == jobs.planned(local, 3 + job), f"job {job} is not exactly once"
+    assert shm_segments() <= before, "shared memory left behind"
