@@ -2,7 +2,8 @@
 
 Writes ``OUT/rank<r>.json``: how many filter scans this process ran, the table
 version, the ids this rank would deliver over the epoch, and the construction
-error if any (``--version`` on one rank makes the ranks open different versions).
+error if any (``--version-on-rank1`` makes the ranks open different versions,
+``--seed-on-rank1`` plan with different seeds).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 import streaming.source
-from streaming import StreamingDataset
+from streaming import StreamingDataLoader, StreamingDataset
 
 scans = 0
 original = streaming.source.build_filter_index
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--filter", required=True)
     parser.add_argument("--version-on-rank1", type=int, default=None)
+    parser.add_argument("--seed-on-rank1", type=int, default=4)
     args = parser.parse_args()
     streaming.source.build_filter_index = counted
     dist.init_process_group(
@@ -48,11 +50,14 @@ def main() -> None:
     report: dict = {}
     try:
         version = args.version_on_rank1 if args.rank == 1 else None
-        data = StreamingDataset(args.uri, num_splits=6, shuffle_seed=4, filter=args.filter, version=version)
+        seed = args.seed_on_rank1 if args.rank == 1 else 4
+        settings = {"num_splits": 6, "shuffle_seed": seed, "filter": args.filter, "version": version}
+        data = StreamingDataset(args.uri, **settings)
         report["version"] = data.state_dict()["table"]["version"]
-        report["ids"] = [int(sample["id"]) for sample in data]
+        loader = StreamingDataLoader(data, batch_size=4, num_workers=2, timeout=60)  # workers get the index
+        report["ids"] = [int(i) for batch in loader for i in batch["id"].tolist()]
         state = data.state_dict()
-        again = StreamingDataset(args.uri, num_splits=6, shuffle_seed=4, filter=args.filter, version=version)
+        again = StreamingDataset(args.uri, **settings)
         before = scans
         again.load_state_dict(state)  # the same version: its filter index is reused
         report["scans_on_load"] = scans - before

@@ -85,3 +85,11 @@ def test_a_bad_filter_is_the_same_error_on_every_rank(uri, tmp_path):
     reports = run_ranks(uri, tmp_path / "job", 2, "--filter=no_such_column > 1")
     errors = {report.get("error") for report in reports}
     assert len(errors) == 1 and "no_such_column" in errors.pop()
+
+
+def test_a_rank_with_other_settings_makes_every_rank_refuse(uri, tmp_path):
+    reports = run_ranks(uri, tmp_path / "job", 3, "--seed-on-rank1=5")
+    errors = {report.get("error") for report in reports}
+    assert len(errors) == 1 and None not in errors, reports
+    assert "ranks [1] planned another epoch than rank 0" in errors.pop()
+    assert [report["scans"] for report in reports] == [1, 0, 0], "rank 0 scanned once, for the job"
