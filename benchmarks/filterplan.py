@@ -131,7 +131,8 @@ def report(times: dict[tuple[int, str], list[float]], rows: int, repeats: int) -
     filter_part = (median(8, "job") - median(8, "none")) / (one - median(1, "none"))
     lines += [
         "",
-        f"- Target: 8 ranks within 1.3x of 1 rank with one plan per job; measured {eight:.2f}x. "
+        f"- Target: 8 ranks within 1.3x of 1 rank with one plan per job; measured {eight:.2f}x: "
+        f"{'met' if eight <= 1.3 else '**not met**'}. "
         f"Without what building any dataset costs 8 ranks sharing {facts['cores']} cores (the "
         f"no-filter column), the filter's part at 8 ranks is {filter_part:.2f}x that of 1 rank.",
         "- With one plan per rank, the ranks of one host share its cores for W scans.",
