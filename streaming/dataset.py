@@ -30,6 +30,7 @@ from .plan import rank_splits, worker_splits
 from .positioned import PositionedDataset
 from .stats import Counters
 from .topology import draw_seed, topology
+from .torchrun import check_torchrun_store
 from .view import open_view
 from .worker import WorkerReport
 
@@ -174,6 +175,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         endless: bool = False,
         transform_rng: bool = False,
     ) -> None:
+        check_torchrun_store()
         shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
         rank, world_size = topology(rank, world_size)
         check_handle_options(

@@ -29,7 +29,7 @@ import boto3
 import lance
 import pytest
 
-from streaming import StreamingDataset, TorchrunStoreWarning, topology
+from streaming import StreamingDataset, TorchrunStoreWarning, torchrun
 
 from helpers import ids_of, make_table, table_data
 
@@ -263,7 +263,7 @@ def test_a_multinode_torchrun_job_sharing_the_agent_store_is_warned(
     """The cause of the hang: the agent's store outlives an attempt (pytorch/pytorch#135712).
     A dataset built under torchrun says so once per process, where a restart would hit it."""
     local = make_table(tmp_path / "t.lance", [40])
-    monkeypatch.setattr(topology, "_store_checked", False)
+    monkeypatch.setattr(torchrun, "_store_checked", False)
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", use_agent_store)
     monkeypatch.setenv("GROUP_WORLD_SIZE", nodes)
     monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", restarts)
