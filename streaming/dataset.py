@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _compat, jobplan, source, stats, watchdog
+from . import _compat, jobplan, source, stats, torchrun, watchdog
 from .errors import EpochCompleteWarning
 from .lifecycle import Guarded, LiveSlot, Samples
 from .observe import Observed
@@ -30,7 +30,6 @@ from .plan import rank_splits, worker_splits
 from .positioned import PositionedDataset
 from .stats import Counters
 from .topology import draw_seed, topology
-from .torchrun import check_torchrun_store
 from .view import open_view
 from .worker import WorkerReport
 
@@ -175,7 +174,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         endless: bool = False,
         transform_rng: bool = False,
     ) -> None:
-        check_torchrun_store()
+        torchrun.check_torchrun_store()
         shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
         rank, world_size = topology(rank, world_size)
         check_handle_options(
