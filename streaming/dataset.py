@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _compat, source, stats, watchdog
+from . import _compat, jobplan, source, stats, torchrun, watchdog
 from .errors import EpochCompleteWarning
 from .lifecycle import Guarded, LiveSlot, Samples
 from .observe import Observed
@@ -181,6 +181,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         transform_rng: bool = False,
         follow_latest: bool = False,
     ) -> None:
+        torchrun.check_torchrun_store()
+        shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
         rank, world_size = topology(rank, world_size)
         check_handle_options(
             {
@@ -201,7 +203,12 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         snapshot, handle = source.open_table(
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )
-        view = open_view(snapshot, handle, options, epoch=options.epoch)
+        if shared_plan and options.filter:  # one scan for the job, one plan checked on every rank
+            index = jobplan.shared_filter_index(snapshot, handle, options.filter)
+            view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
+            jobplan.check_same_plan(view, options)
+        else:
+            view = open_view(snapshot, handle, options, epoch=options.epoch)
         super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators

@@ -11,7 +11,8 @@ Hierarchy::
           ├── TableMovedWarning
           ├── UnownedSplitsWarning
           ├── TransformErrorWarning
-          └── PackingEstimateWarning
+          ├── PackingEstimateWarning
+          └── TorchrunStoreWarning
 
 Everything else raises the built-in exceptions: ``ValueError`` for bad settings or
 states, ``TypeError`` for wrong types, ``RuntimeError`` for calls made at the wrong
@@ -26,6 +27,7 @@ __all__ = [
     "SnapshotGoneError",
     "StreamingWarning",
     "TableMovedWarning",
+    "TorchrunStoreWarning",
     "TransformContractError",
     "TransformErrorWarning",
     "UnownedSplitsWarning",
@@ -65,3 +67,13 @@ class TransformErrorWarning(StreamingWarning):
 
 class PackingEstimateWarning(StreamingWarning):
     """``blocks_per_epoch="auto"`` estimated the block budget from a sample."""
+
+
+class TorchrunStoreWarning(StreamingWarning):
+    """A multi-node torchrun job that may restart shares the agent's store with its workers.
+
+    torch's c10d rendezvous keeps that store from one attempt to the next, so a
+    restarted process group reads the previous attempt's keys and fails to
+    connect, or waits out its timeout (pytorch/pytorch#135712). Set
+    ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in every agent's environment.
+    """

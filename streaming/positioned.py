@@ -199,7 +199,9 @@ class PositionedDataset:
         saved = StreamState.from_dict(state)
         pinned = self._view.snapshot.at_version(saved.version)
         handle = source.open_snapshot(pinned, fresh=True)
-        view = open_view(pinned, handle, self._options, epoch=saved.epoch)
+        same = pinned.version == self._view.snapshot.version  # the filter index holds: no new scan
+        index = self._view.filter_index if same else None
+        view = open_view(pinned, handle, self._options, epoch=saved.epoch, filter_index=index)
         check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
         return view, saved.progress
 

@@ -118,15 +118,26 @@ def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(wanted)
 
 
-def open_view(snapshot: source.Snapshot, handle: Any, options: Options, *, epoch: int) -> TableView:
+def open_view(
+    snapshot: source.Snapshot,
+    handle: Any,
+    options: Options,
+    *,
+    epoch: int,
+    filter_index: source.FilterIndex | None = None,
+) -> TableView:
     """Resolve columns, filter, plan and packing of ``snapshot`` for ``epoch``.
+
+    ``filter_index``: the filter's index of this snapshot, already built (by rank 0
+    of the job, or for this snapshot before); ``None`` builds it if there is a filter.
 
     Raises:
         ValueError: an unknown column, a bad filter, too few rows for the splits,
             or packing settings the table cannot take.
     """
     columns = _columns(handle, options.columns)
-    filter_index = source.build_filter_index(handle, options.filter) if options.filter else None
+    if filter_index is None and options.filter:
+        filter_index = source.build_filter_index(handle, options.filter)
     ids, rows = source.fragment_rows(handle)
     if filter_index is not None:
         matching = dict(zip(filter_index.ids.tolist(), filter_index.counts(), strict=True))

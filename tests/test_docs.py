@@ -54,7 +54,14 @@ EXAMPLES = examples()
 
 def test_the_docs_have_examples():
     pages = {param.values[0] for param in EXAMPLES}
-    for page in ("getting-started.md", "checkpointing.md", "resuming.md", "workers.md", "distributed.md"):
+    for page in (
+        "getting-started.md",
+        "checkpointing.md",
+        "resuming.md",
+        "workers.md",
+        "distributed.md",
+        "multinode.md",
+    ):
         assert page in pages, f"{page} has no runnable python example"
 
 
