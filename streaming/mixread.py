@@ -10,12 +10,13 @@ order, cycle after cycle. A segment of the mixture schedule (global positions
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .mixing import Segment
+from .mixing import Segment, Step
 from .plan import digest
 from .reader import SplitReaders, Window, open_readers
 from .rows import Rows
@@ -24,7 +25,7 @@ from .transformed import TransformedRows
 if TYPE_CHECKING:
     from .dataset import StreamingDataset
 
-__all__ = ["RankStream"]
+__all__ = ["RankStream", "batch_columns"]
 
 
 class RankStream:
@@ -128,4 +129,37 @@ def _take(pieces: list[Any], order: np.ndarray) -> Any:
     if pieces and all(isinstance(piece, np.ndarray) for piece in pieces):
         return np.concatenate(pieces)[order]
     values = [value for piece in pieces for value in piece]
+    return [values[index] for index in order]
+
+
+def batch_columns(step: Step, streams: Mapping[str, RankStream], order: range | list[int]) -> dict[str, Any]:
+    """This rank's share of ``step`` from every source, as whole columns in ``order``.
+
+    Raises:
+        TypeError: two sources with different columns (no batch could hold both).
+    """
+    names: list[str] | None = None
+    parts: list[list[Any]] = []
+    for source_name, segments in step.segments.items():
+        for segment in segments:
+            found, columns = streams[source_name].read_columns(segment)
+            if names is None:
+                names, parts = found, [[] for _ in found]
+            elif found != names:
+                raise TypeError(
+                    f"sources[{source_name!r}] has columns {found} but an earlier source has "
+                    f"{names}; give every source the same columns= (or a transform, or a collate_fn)"
+                )
+            for column, part in zip(parts, columns, strict=True):
+                column.append(part)
+    assert names is not None
+    return {name: _reorder(column, order) for name, column in zip(names, parts, strict=True)}
+
+
+def _reorder(parts: list[Any], order: range | list[int]) -> Any:
+    """The pieces of a column laid end to end, then taken in ``order``."""
+    if all(isinstance(part, np.ndarray) for part in parts):
+        joined = np.concatenate(parts)
+        return joined if isinstance(order, range) else joined[np.asarray(order)]
+    values = [value for part in parts for value in part]
     return [values[index] for index in order]

@@ -3,97 +3,35 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from . import _compat, source, watchdog
 from .dataset import StreamingDataset
 from .errors import EpochCompleteWarning
 from .lifecycle import LiveSlot, Samples
+from .mixcheck import check_batch, check_fits, check_names, check_seed, check_sources, check_unit
 from .mixing import (
     STOP_RULES,
     MixPosition,
     Schedule,
     SourcePosition,
-    Step,
     batch_order,
     normalise_weights,
     split_counts,
 )
-from .mixread import RankStream
-from .mixstate import MixtureState, check_settings, check_sources, merge_mixture_states, weights_differ
+from .mixread import RankStream, batch_columns
+from .mixstate import MixtureState, check_settings, merge_mixture_states, weights_differ
+from .mixstate import check_sources as check_saved_sources
 from .options import as_epoch
 from .progress import SplitProgress
 
 __all__ = ["StreamingMixture"]
-
-
-def _check_sources(sources: object) -> dict[str, StreamingDataset]:
-    if not isinstance(sources, Mapping) or not sources:
-        raise TypeError(
-            f"sources must be a non-empty dict from name to StreamingDataset, got "
-            f"{type(sources).__name__}; e.g. StreamingMixture({{'web': web, 'code': code}}, ...)"
-        )
-    checked = {}
-    for name, data in sources.items():
-        if not isinstance(name, str):
-            raise TypeError(f"source names must be str, got {name!r}; name every source")
-        if not isinstance(data, StreamingDataset):
-            raise TypeError(f"sources[{name!r}] is a {type(data).__name__}, not a StreamingDataset")
-        refused = [
-            ("pack_sequences", data._options.pack_sequences, None, "pack rows in each source's transform"),
-            ("evaluation", data.evaluation, False, "mix training datasets"),
-            ("endless", data.endless, False, "the mixture's stop rule decides when a source repeats"),
-            ("follow_latest", data._options.follow_latest, False, "a mixture reads pinned snapshots"),
-            ("on_transform_error", data._options.on_transform_error, "raise or replace", None),
-        ]
-        for field, value, allowed, fix in refused:
-            bad = value not in ("raise", "replace") if field == "on_transform_error" else value != allowed
-            if bad:
-                raise ValueError(
-                    f"sources[{name!r}] has {field}={value!r}, which a mixture cannot use"
-                    + (
-                        ": dropped rows would make ranks take unequal numbers of samples; use "
-                        "on_transform_error='replace'"
-                        if fix is None
-                        else f"; {fix}"
-                    )
-                )
-        checked[name] = data
-    first_name, first = next(iter(checked.items()))
-    for name, data in checked.items():
-        if (data.rank, data.world_size) != (first.rank, first.world_size):
-            raise ValueError(
-                f"sources[{name!r}] has rank={data.rank}, world_size={data.world_size} but "
-                f"sources[{first_name!r}] has rank={first.rank}, world_size={first.world_size}; "
-                "build every source for the same rank and world size"
-            )
-    return checked
-
-
-def _check_unit(unit: object, sources: Mapping[str, StreamingDataset]) -> int:
-    splits = {name: data.num_splits for name, data in sources.items()}
-    world = next(iter(sources.values())).world_size
-    if unit is None:
-        return math.gcd(*splits.values())
-    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
-        raise ValueError(f"unit={unit!r} must be a positive integer (or None for the default)")
-    uneven = [name for name, count in splits.items() if count % unit]
-    if uneven or unit % world:
-        raise ValueError(
-            f"unit={unit} must divide every source's num_splits ({splits}) and be a multiple "
-            f"of world_size={world}; choose a divisor of {math.gcd(*splits.values())} that is a "
-            f"multiple of {world}"
-        )
-    return unit
 
 
 class StreamingMixture(IterableDataset[Any]):
@@ -147,26 +85,13 @@ class StreamingMixture(IterableDataset[Any]):
         unit: int | None = None,
         seed: int | None = 0,
     ) -> None:
-        self._sources = _check_sources(sources)
-        if not isinstance(weights, Mapping) or list(weights) != list(self._sources):
-            given = list(weights) if isinstance(weights, Mapping) else weights
-            raise ValueError(
-                f"weights must name the sources in their order, {list(self._sources)!r}; got {given!r}"
-            )
+        self._sources = check_sources(sources)
+        check_names(weights, list(self._sources))
         if stop not in STOP_RULES:
             raise ValueError(f"stop={stop!r} is not one of {STOP_RULES}")
-        self._unit = _check_unit(unit, self._sources)
-        if seed is not None and (
-            isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0
-        ):
-            raise ValueError(f"seed={seed!r} must be a non-negative integer (or None: no shuffle in a batch)")
-        self._seed = None if seed is None else int(seed)
-        batch = global_batch_size
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % self._unit:
-            raise ValueError(
-                f"global_batch_size={batch!r} must be a positive multiple of unit={self._unit} "
-                "(samples of a source per batch come in units, see the unit argument)"
-            )
+        self._unit = check_unit(unit, self._sources)
+        self._seed = check_seed(seed)
+        batch = check_batch(global_batch_size, self._unit)
         exact = normalise_weights(weights)  # checks every weight first
         self._given = {name: float(weight) for name, weight in weights.items()}
         self._schedule = Schedule(
@@ -186,18 +111,7 @@ class StreamingMixture(IterableDataset[Any]):
         self._trainer_pid: int | None = None
 
     def _check_fits(self) -> None:
-        """With a stopping rule, every source's epoch must fill its largest share of a batch."""
-        if self.stop == "never":
-            return
-        for name, weight in self._schedule.weights.items():
-            most = math.ceil(self._schedule.units_per_step * weight) * self._unit
-            have = self._schedule.epoch_samples[name]
-            if have < most:
-                raise ValueError(
-                    f"sources[{name!r}] holds {have} samples per epoch, fewer than its share of one "
-                    f"global batch ({most}), so stop={self.stop!r} would end the mixture before "
-                    "it starts; use stop='never' or a smaller global_batch_size"
-                )
+        check_fits(self._schedule)
 
     def _epoch_samples(self) -> dict[str, int]:
         return {name: data.num_splits * data.split_length for name, data in self._sources.items()}
@@ -339,7 +253,7 @@ class StreamingMixture(IterableDataset[Any]):
                         for segment in segments:
                             streams[name].read(segment, keep=False)
                 elif columnar:
-                    batch = self._columns(step, streams, position.step)
+                    batch = batch_columns(step, streams, self._order(position.step, self.batch_size))
                     self._position = after
                     yield batch
                 else:
@@ -363,26 +277,6 @@ class StreamingMixture(IterableDataset[Any]):
         if self._seed is None:
             return range(size)
         return batch_order(self._seed, epoch=self._epoch, step=step, rank=self.rank, size=size)
-
-    def _columns(self, step: Step, streams: dict[str, RankStream], number: int) -> dict[str, Any]:
-        """This rank's share of ``step`` as whole columns, in the batch's order."""
-        names: list[str] | None = None
-        parts: list[list[Any]] = []
-        for source_name, segments in step.segments.items():
-            for segment in segments:
-                found, columns = streams[source_name].read_columns(segment)
-                if names is None:
-                    names, parts = found, [[] for _ in found]
-                elif found != names:
-                    raise TypeError(
-                        f"sources[{source_name!r}] has columns {found} but an earlier source has "
-                        f"{names}; give every source the same columns= (or a transform, or a collate_fn)"
-                    )
-                for column, part in zip(parts, columns, strict=True):
-                    column.append(part)
-        assert names is not None
-        order = self._order(number, self.batch_size)
-        return {name: _reorder(column, order) for name, column in zip(names, parts, strict=True)}
 
     def _start_iteration(self, description: str) -> None:
         self._live.close_live(f"a new iterator ({description})")
@@ -506,7 +400,7 @@ class StreamingMixture(IterableDataset[Any]):
                 "held; call its close() (or drop every reference to it) first"
             )
         saved = MixtureState.from_dict(state)
-        check_sources(list(saved.tables), list(self._sources))
+        check_saved_sources(list(saved.tables), list(self._sources))
         settings = {
             "global_batch_size": self.global_batch_size,
             "unit": self._unit,
@@ -558,12 +452,3 @@ class StreamingMixture(IterableDataset[Any]):
         """
         del allow_lag
         return merge_mixture_states(states)
-
-
-def _reorder(parts: list[Any], order: range | list[int]) -> Any:
-    """The pieces of a column laid end to end, then taken in ``order``."""
-    if all(isinstance(part, np.ndarray) for part in parts):
-        joined = np.concatenate(parts)
-        return joined if isinstance(order, range) else joined[np.asarray(order)]
-    values = [value for part in parts for value in part]
-    return [values[index] for index in order]

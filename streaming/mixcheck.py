@@ -1,0 +1,115 @@
+"""Checking what a ``StreamingMixture`` is built from; each error names the field and the fix."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+from .dataset import StreamingDataset
+from .mixing import Schedule
+
+__all__ = ["check_batch", "check_fits", "check_names", "check_seed", "check_sources", "check_unit"]
+
+
+def check_sources(sources: object) -> dict[str, StreamingDataset]:
+    """The sources as a dict, each one a ``StreamingDataset`` a mixture can read."""
+    if not isinstance(sources, Mapping) or not sources:
+        raise TypeError(
+            f"sources must be a non-empty dict from name to StreamingDataset, got "
+            f"{type(sources).__name__}; e.g. StreamingMixture({{'web': web, 'code': code}}, ...)"
+        )
+    checked = {}
+    for name, data in sources.items():
+        if not isinstance(name, str):
+            raise TypeError(f"source names must be str, got {name!r}; name every source")
+        if not isinstance(data, StreamingDataset):
+            raise TypeError(f"sources[{name!r}] is a {type(data).__name__}, not a StreamingDataset")
+        refused = [
+            ("pack_sequences", data._options.pack_sequences, None, "pack rows in each source's transform"),
+            ("evaluation", data.evaluation, False, "mix training datasets"),
+            ("endless", data.endless, False, "the mixture's stop rule decides when a source repeats"),
+            ("follow_latest", data._options.follow_latest, False, "a mixture reads pinned snapshots"),
+            ("on_transform_error", data._options.on_transform_error, "raise or replace", None),
+        ]
+        for field, value, allowed, fix in refused:
+            bad = value not in ("raise", "replace") if field == "on_transform_error" else value != allowed
+            if bad:
+                raise ValueError(
+                    f"sources[{name!r}] has {field}={value!r}, which a mixture cannot use"
+                    + (
+                        ": dropped rows would make ranks take unequal numbers of samples; use "
+                        "on_transform_error='replace'"
+                        if fix is None
+                        else f"; {fix}"
+                    )
+                )
+        checked[name] = data
+    first_name, first = next(iter(checked.items()))
+    for name, data in checked.items():
+        if (data.rank, data.world_size) != (first.rank, first.world_size):
+            raise ValueError(
+                f"sources[{name!r}] has rank={data.rank}, world_size={data.world_size} but "
+                f"sources[{first_name!r}] has rank={first.rank}, world_size={first.world_size}; "
+                "build every source for the same rank and world size"
+            )
+    return checked
+
+
+def check_unit(unit: object, sources: Mapping[str, StreamingDataset]) -> int:
+    """``unit``, or the default: the gcd of the sources' ``num_splits``."""
+    splits = {name: data.num_splits for name, data in sources.items()}
+    world = next(iter(sources.values())).world_size
+    if unit is None:
+        return math.gcd(*splits.values())
+    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
+        raise ValueError(f"unit={unit!r} must be a positive integer (or None for the default)")
+    uneven = [name for name, count in splits.items() if count % unit]
+    if uneven or unit % world:
+        raise ValueError(
+            f"unit={unit} must divide every source's num_splits ({splits}) and be a multiple "
+            f"of world_size={world}; choose a divisor of {math.gcd(*splits.values())} that is a "
+            f"multiple of {world}"
+        )
+    return unit
+
+
+def check_names(weights: object, names: list[str]) -> None:
+    """``weights`` must name the sources, in their order."""
+    if not isinstance(weights, Mapping) or list(weights) != names:
+        given = list(weights) if isinstance(weights, Mapping) else weights
+        raise ValueError(f"weights must name the sources in their order, {names!r}; got {given!r}")
+
+
+def check_seed(seed: object) -> int | None:
+    """``seed`` as an int (``None`` stays ``None``)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative integer (or None: no shuffle in a batch)")
+    return int(seed)
+
+
+def check_batch(batch: object, unit: int) -> int:
+    """``global_batch_size``: a positive multiple of ``unit``."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % unit:
+        raise ValueError(
+            f"global_batch_size={batch!r} must be a positive multiple of unit={unit} "
+            "(samples of a source per batch come in units, see the unit argument)"
+        )
+    return batch
+
+
+def check_fits(schedule: Schedule) -> None:
+    """With a stopping rule, every source's epoch must fill its largest share of a batch."""
+    if schedule.stop == "never":
+        return
+    for name, weight in schedule.weights.items():
+        most = math.ceil(schedule.units_per_step * weight) * schedule.unit
+        have = schedule.epoch_samples[name]
+        if have < most:
+            raise ValueError(
+                f"sources[{name!r}] holds {have} samples per epoch, fewer than its share of one "
+                f"global batch ({most}), so stop={schedule.stop!r} would end the mixture before "
+                "it starts; use stop='never' or a smaller global_batch_size"
+            )
