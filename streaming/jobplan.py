@@ -63,6 +63,12 @@ def shared_filter_index(snapshot: source.Snapshot, handle: Any, predicate: str) 
             box[0] = ("index", len(index.ids), len(index.offsets))
         except ValueError as error:
             box[0] = ("error", str(error))
+    if "gloo" not in str(dist.get_backend()):  # nccl and others: CPU tensors cannot travel
+        box = [box[0] if box[0] is None or box[0][0] == "error" else index]
+        dist.broadcast_object_list(box, src=0)
+        if isinstance(box[0], tuple):
+            raise ValueError(box[0][1])
+        return box[0]
     dist.broadcast_object_list(box, src=0)
     if box[0][0] == "error":
         raise ValueError(box[0][1])
