@@ -156,18 +156,22 @@ class SplitReaders:
         if self._ahead[split] <= window + 1:
             self._schedule()
 
-    def span(self, split: int, limit: int) -> tuple[Window, int, int]:
-        """(window, start, stop): up to ``limit`` next rows of ``split`` in one window.
-
-        Advances the split past them. Call only while ``remaining(split)`` is positive.
-        """
+    def _next(self, split: int, limit: int) -> tuple[Window, int, int, int]:
+        """(window, position, start, stop) of up to ``limit`` next rows of ``split``; no advance."""
         position = self.positions[split]
         current = self._current.get(split)
         if current is None or position - self._current_start[split] >= len(current):
             self._enter(split, position // self._window_rows)
             current = self._current[split]
         offset = position - self._current_start[split]
-        stop = min(len(current), offset + limit)
+        return current, position, offset, min(len(current), offset + limit)
+
+    def span(self, split: int, limit: int) -> tuple[Window, int, int]:
+        """(window, start, stop): up to ``limit`` next rows of ``split`` in one window.
+
+        Advances the split past them. Call only while ``remaining(split)`` is positive.
+        """
+        current, position, offset, stop = self._next(split, limit)
         if isinstance(current, TransformedRows):
             stop = current.reach(offset, stop)  # transform no further than needed
             self._prime_next(split, position // self._window_rows + 1, len(current) - offset)
@@ -176,13 +180,7 @@ class SplitReaders:
 
     def skip(self, split: int, limit: int) -> tuple[Window, int, int]:
         """Like ``span``, for rows passed over: nothing is transformed or primed for them."""
-        position = self.positions[split]
-        current = self._current.get(split)
-        if current is None or position - self._current_start[split] >= len(current):
-            self._enter(split, position // self._window_rows)
-            current = self._current[split]
-        offset = position - self._current_start[split]
-        stop = min(len(current), offset + limit)
+        current, position, offset, stop = self._next(split, limit)
         self.positions[split] = position + stop - offset
         return current, offset, stop
 

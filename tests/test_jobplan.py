@@ -4,13 +4,11 @@ job and every rank checks that it planned what the others did (real gloo ranks).
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_distributed import free_port
+from test_distributed import launch_script
 
 from streaming import StreamingDataset
 
@@ -26,35 +24,8 @@ def uri(tmp_path_factory) -> str:
 
 
 def run_ranks(uri: str, out: Path, world_size: int, *extra: str) -> list[dict]:
-    out.mkdir()
-    port = free_port()
-    processes = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                str(RANK_SCRIPT),
-                f"--uri={uri}",
-                f"--out={out}",
-                f"--rank={rank}",
-                f"--world-size={world_size}",
-                f"--port={port}",
-                f"--filter={FILTER}",
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(world_size)
-    ]
-    try:
-        outputs = [process.communicate(timeout=180)[0] for process in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-    assert [process.returncode for process in processes] == [0] * world_size, "\n".join(outputs)
+    codes, outputs = launch_script(RANK_SCRIPT, out, world_size, f"--uri={uri}", f"--filter={FILTER}", *extra)
+    assert codes == [0] * world_size, "\n".join(outputs)
     return [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(world_size)]
 
 
