@@ -80,15 +80,24 @@ def fragment_bounds(rows: int, fragments: int) -> Iterator[tuple[int, int]]:
         yield start, stop - start
 
 
-def write_table(directory: str, name: str, *, rows: int, fragments: int, chunk: Chunk) -> TableRef:
+def write_table(
+    directory: str,
+    name: str,
+    *,
+    rows: int,
+    fragments: int,
+    chunk: Chunk,
+    storage_options: dict[str, str] | None = None,
+) -> TableRef:
     """Create a LanceDB table of ``rows`` rows in exactly ``fragments`` fragments.
 
     ``create_table`` writes the first fragment and each ``add`` one more, so the
-    fragment count is what was asked (checked after writing).
+    fragment count is what was asked (checked after writing). ``directory`` may be
+    an object-store URI, opened with ``storage_options``.
     """
     import lancedb
 
-    database = lancedb.connect(directory)
+    database = lancedb.connect(directory, storage_options=storage_options)
     table = None
     for start, count in fragment_bounds(rows, fragments):
         data = chunk(start, count)

@@ -17,10 +17,8 @@ from .errors import EpochCompleteWarning
 from .lifecycle import Guarded, LiveSlot, Samples
 from .observe import Observed
 from .options import (
-    DEFAULT_BLOCK_ROWS,
     DEFAULT_IO_QUEUE_DEPTH,
     DEFAULT_READ_BATCH_SIZE,
-    DEFAULT_SHUFFLE_BUFFER_SIZE,
     Options,
     as_epoch,
     check_handle_options,
@@ -28,6 +26,7 @@ from .options import (
 )
 from .plan import rank_splits, worker_splits
 from .positioned import PositionedDataset
+from .profiles import profile_for
 from .stats import Counters
 from .topology import draw_seed, require_group, topology
 from .view import open_view
@@ -112,9 +111,19 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         worker_info_override: Testing hook replacing ``get_worker_info()``.
         version: Lance version to read; defaults to the latest at construction.
         storage_options: Object-store options (credentials); never stored in a state.
-        block_rows: Consecutive rows read and shuffled as one block.
+        block_rows: Consecutive rows read and shuffled as one block; ``None``: the
+            storage profile's (64 local, 4096 remote).
         shuffle_buffer_size: Rows (over all splits) permuted together; each split's
             window is ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks.
+            ``None``: the storage profile's (32,768 local, 524,288 remote).
+        storage_profile: Where the plan settings above come from when not given:
+            ``"local"`` (small blocks, small buffer), ``"remote"`` (large blocks,
+            which object storage needs to be fast and cheap, and a large buffer to
+            keep the mixing), or ``"auto"`` (default): ``"remote"`` for
+            object-store URIs (``s3://``, ``gs://``, ``az://``), else ``"local"``.
+            A dataset whose block and buffer sizes came from its profile adopts a
+            checkpoint's (``load_state_dict``), so a table copied between local
+            disk and a bucket resumes exactly; see docs/object-storage.md.
         tag_snapshot: Opt in to protecting the version read (at construction and
             after ``load_state_dict``) from ``cleanup_old_versions`` with a Lance tag
             ``lance-streaming-v<version>``; ``release_snapshot()`` removes it.
@@ -173,8 +182,9 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         worker_info_override: Any = None,
         version: int | None = None,
         storage_options: dict[str, str] | None = None,
-        block_rows: int = DEFAULT_BLOCK_ROWS,
-        shuffle_buffer_size: int = DEFAULT_SHUFFLE_BUFFER_SIZE,
+        block_rows: int | None = None,
+        shuffle_buffer_size: int | None = None,
+        storage_profile: str = "auto",
         tag_snapshot: bool = False,
         evaluation: bool = False,
         endless: bool = False,
@@ -195,6 +205,13 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             require_group(int(world_size), what="follow_latest", fix="leave follow_latest off")
         if shuffle_seed is None and isinstance(world_size, numbers.Integral):
             shuffle_seed = draw_seed(world_size)
+        profile, profile_plan = profile_for(
+            storage_profile,
+            source.table_uri(table),
+            block_rows=block_rows,
+            shuffle_buffer_size=shuffle_buffer_size,
+        )
+        block_rows, shuffle_buffer_size = profile.block_rows, profile.shuffle_buffer_size
         settings = dict(locals())
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits

@@ -50,7 +50,7 @@ class RankStream:
         starts = {split: max(0, -(-(local - index) // width)) for index, split in enumerate(self._splits)}
         self._stack = ExitStack()
         windows = dataclasses.replace(view.window_source(data._options, data._counters), rng_salt=self._salt)
-        threads = data._options.io_queue_depth
+        threads = data._options.io_threads
         readers = self._stack.enter_context(open_readers(windows, starts, io_threads=threads))
         self._readers, self._epoch, self._local = readers, epoch, local
         return readers

@@ -6,6 +6,7 @@ in every state dict; the rest are I/O settings that never change the order.
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import operator
 import os
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .profiles import PROFILES, Profile
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -27,8 +30,8 @@ __all__ = [
     "check_options",
 ]
 
-DEFAULT_BLOCK_ROWS = 64
-DEFAULT_SHUFFLE_BUFFER_SIZE = 32768
+DEFAULT_BLOCK_ROWS = PROFILES["local"].block_rows
+DEFAULT_SHUFFLE_BUFFER_SIZE = PROFILES["local"].shuffle_buffer_size
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 DEFAULT_TRANSFORM_PARALLELISM = 4
@@ -146,6 +149,30 @@ class Options:
     endless: bool = False
     transform_rng: bool = False
     follow_latest: bool = False
+    profile: Profile = PROFILES["local"]
+    """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
+    profile_plan: bool = False
+    """True when neither ``block_rows`` nor ``shuffle_buffer_size`` was given."""
+
+    @property
+    def io_threads(self) -> int:
+        """Threads reading windows (as many again run their takes): ``io_queue_depth``,
+        at least the storage profile's minimum (16 remote: hides a store's round trips)."""
+        return max(self.io_queue_depth, self.profile.min_io_threads)
+
+    def adopting(self, *, block_rows: int, window_rows: int) -> Options:
+        """These options with a saved plan's block and window, if they came from the profile.
+
+        A dataset whose block and buffer sizes came from its profile resumes a state
+        written under another profile (a table copied from local disk to a bucket)
+        with that state's plan, so the resume stays exact. ``shuffle_buffer_size``
+        becomes ``window_rows * num_splits``, which gives back exactly ``window_rows``.
+        Options given explicitly are returned unchanged (a mismatch is then refused).
+        """
+        if not self.profile_plan:
+            return self
+        buffer = window_rows * self.num_splits
+        return dataclasses.replace(self, block_rows=block_rows, shuffle_buffer_size=buffer)
 
     @property
     def clump_rows(self) -> int:

@@ -201,7 +201,8 @@ class PositionedDataset:
         handle = source.open_snapshot(pinned, fresh=True)
         same = pinned.version == self._view.snapshot.version  # the filter index holds: no new scan
         index = self._view.filter_index if same else None
-        view = open_view(pinned, handle, self._options, epoch=saved.epoch, filter_index=index)
+        options = self._options.adopting(block_rows=saved.block_rows, window_rows=saved.window_rows)
+        view = open_view(pinned, handle, options, epoch=saved.epoch, filter_index=index)
         check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
         return view, saved.progress
 
@@ -230,6 +231,10 @@ class PositionedDataset:
 
     def _adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
         """Swap in a validated view and progress (see ``_checked_load``)."""
+        settings = view.plan.settings
+        self._options = self._options.adopting(
+            block_rows=settings.block_rows, window_rows=settings.window_rows
+        )
         self._view = view
         self._restart(progress)
         self._shipped = False

@@ -38,6 +38,7 @@ class WindowSource:
     transform_depth: int = 1
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
+    take_rows: int = source.TAKE_ROWS  # offsets per parallel take (0: one take per fragment)
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -76,6 +77,7 @@ class WindowSource:
                 columns=self.columns,
                 filter_index=self.filter_index,
                 executor=executor,
+                take_rows=self.take_rows,
             )
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]

@@ -23,6 +23,7 @@ from .errors import SnapshotGoneError
 __all__ = [
     "FilterIndex",
     "Snapshot",
+    "TAKE_ROWS",
     "build_filter_index",
     "check_fork_safety",
     "column_names",
@@ -36,6 +37,7 @@ __all__ = [
     "protect",
     "read_rows",
     "release",
+    "table_uri",
     "tag_name",
 ]
 
@@ -146,6 +148,14 @@ def open_table(
 
 _LANCE_SET = ("user_agent",)
 """Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
+
+
+def table_uri(table: Any) -> str:
+    """The URI of a LanceDB table, a ``lance.LanceDataset`` or a URI, without opening anything."""
+    uri = getattr(table, "uri", None)
+    if isinstance(uri, str):
+        return uri
+    return os.fspath(table) if isinstance(table, (str, os.PathLike)) else ""
 
 
 def handle_options(dataset: Any) -> dict[str, str] | None:
@@ -302,6 +312,12 @@ def _live_physical(fragment: Any) -> np.ndarray:
     return result
 
 
+TAKE_ROWS = 8192
+"""Offsets per parallel take on local disks: large fragment pieces are cut so that
+reads of few, big fragments still spread over the read threads (a take costs
+~0.1 ms in Lance)."""
+
+
 def read_rows(
     dataset: Any,
     pieces: Sequence[tuple[int, np.ndarray]],
@@ -309,14 +325,16 @@ def read_rows(
     columns: Sequence[str],
     filter_index: FilterIndex | None,
     executor: Executor | None = None,
+    take_rows: int = TAKE_ROWS,
 ) -> pa.Table:
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
     One ``take`` per fragment (Lance reads runs of consecutive offsets as ranges).
-    With ``executor`` pieces longer than ``_TAKE_ROWS`` offsets are cut into
-    consecutive parts, one take each, and the takes run on its threads, several at
-    once: a take releases the GIL while Lance reads, so they overlap each other and
-    the trainer. Either way the rows come back in the order of ``pieces``.
+    With ``executor`` pieces longer than ``take_rows`` offsets (unless 0) are cut
+    into consecutive parts, one take each, and the takes run on its threads,
+    several at once: a take releases the GIL while Lance reads, so they overlap
+    each other and the trainer. Either way the rows come back in the order of
+    ``pieces``.
     """
     names = list(columns)
 
@@ -329,23 +347,20 @@ def read_rows(
     if executor is None:
         tables = [take(piece) for piece in pieces]
     else:
-        tables = list(executor.map(take, _cut_pieces(pieces)))
+        tables = list(executor.map(take, _cut_pieces(pieces, take_rows)))
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables)
 
 
-_TAKE_ROWS = 8192
-"""Offsets per parallel take: large fragment pieces are cut so that reads of few,
-big fragments still spread over the read threads (a take costs ~0.1 ms in Lance)."""
-
-
-def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]]) -> list[tuple[int, np.ndarray]]:
-    """``pieces`` with any longer than ``_TAKE_ROWS`` offsets cut into consecutive parts."""
+def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]], take_rows: int) -> list[tuple[int, np.ndarray]]:
+    """``pieces`` with any longer than ``take_rows`` offsets cut into consecutive parts."""
+    if take_rows <= 0:
+        return list(pieces)
     result = []
     for fragment_id, planned in pieces:
-        for start in range(0, max(len(planned), 1), _TAKE_ROWS):
-            result.append((fragment_id, planned[start : start + _TAKE_ROWS]))
+        for start in range(0, max(len(planned), 1), take_rows):
+            result.append((fragment_id, planned[start : start + take_rows]))
     return result
 
 

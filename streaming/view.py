@@ -84,6 +84,7 @@ class TableView:
             transform_threads=options.transform_threads,
             transform_depth=options.transform_depth,
             transform_rng=options.transform_rng,
+            take_rows=options.profile.take_rows,
         )
 
     def stream(
@@ -97,7 +98,7 @@ class TableView:
     ) -> Generator[Any, None, None]:
         """Samples (or packed blocks, or columnar batches of ``batch_rows``) of ``splits``."""
         windows = self.window_source(options, counters)
-        threads = options.io_queue_depth
+        threads = options.io_threads
         if self.packing is not None:
             return iterate_blocks(windows, splits, cursor, io_threads=threads, packing=self.packing)
         if batch_rows:

@@ -67,11 +67,11 @@ def test_rows_gather_each_order_of_a_chunked_table():
     assert windows[0].storage is windows[1].storage, "one conversion shared by the windows of a read"
 
 
+@pytest.mark.parametrize("take_rows", [64, 0])  # large pieces cut into several takes; one per fragment
 @pytest.mark.parametrize("filtered", [False, True])
-def test_parallel_takes_read_what_serial_takes_read(tmp_path, monkeypatch, filtered):
+def test_parallel_takes_read_what_serial_takes_read(tmp_path, filtered, take_rows):
     uri = make_table(tmp_path / "t.lance", [300, 7, 260], deleted=[3, 4, 5, 301, 400])
     dataset = lance.dataset(uri)
-    monkeypatch.setattr(source, "_TAKE_ROWS", 64)  # cut the large pieces into several takes
     index = source.build_filter_index(dataset, "id % 3 = 0") if filtered else None
     ids, counts = source.fragment_rows(dataset)
     if index is not None:
@@ -85,7 +85,9 @@ def test_parallel_takes_read_what_serial_takes_read(tmp_path, monkeypatch, filte
     columns = ["id", "vec", "text"]
     serial = source.read_rows(dataset, pieces, columns=columns, filter_index=index)
     with ThreadPoolExecutor(3) as executor:
-        parallel = source.read_rows(dataset, pieces, columns=columns, filter_index=index, executor=executor)
+        parallel = source.read_rows(
+            dataset, pieces, columns=columns, filter_index=index, executor=executor, take_rows=take_rows
+        )
     assert parallel.equals(serial)
     assert serial.num_rows == sum(len(offsets) for _, offsets in pieces)
 

@@ -1,0 +1,168 @@
+"""``python -m benchmarks.remote``: object storage, side by side, with a per-request delay.
+
+    python -m benchmarks.remote [--rows 1000000] [--delays 0 25] [--out docs/benchmarks.md]
+
+Starts moto's S3 server and a delaying relay (``benchmarks.relay``), each in a
+process of its own, writes a table of ``--rows`` rows x (id int64, label int32,
+float32[128]) in 16 fragments to the server and to local disk, and measures each
+contender over one whole pass (construction and first read included) in a fresh
+process: locally and through the relay at each delay. The relay counts requests,
+bytes and requests in flight. Then the frontier: ours at each (block_rows,
+shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay. Mixing
+comes from ``benchmarks.remote_mixing`` (local label-sorted tables). The section
+``remote`` of ``--out`` is replaced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import remote_mixing as mixing
+from . import sections
+from .remote_contenders import FIXED, TABLE, Where
+from .remote_report import render
+from .s3 import BUCKET, Store, running_store
+from .tables import wide_chunk, write_table
+
+MAIN = ("raw_scan", "ours_local", "ours_remote")
+"""Contenders measured ``--repeats`` times (median); the others once."""
+
+
+@dataclass
+class Result:
+    """One contender at one setting: the probe's figures and the relay's counts."""
+
+    key: str
+    setting: str
+    runs: list[dict[str, Any]]
+    relay: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def probe(self) -> dict[str, Any]:
+        """The run with the median rate."""
+        return sorted(self.runs, key=lambda run: run["rows"] / run["seconds"])[len(self.runs) // 2]
+
+    @property
+    def rate(self) -> float:
+        """Rows per second over the whole pass (median run)."""
+        return float(self.probe["rows"] / self.probe["seconds"]) if self.probe["seconds"] else 0.0
+
+
+def _probe(key: str, where: Where, cap_s: float) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.remote_probe", key, json.dumps(asdict(where)), str(cap_s)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=cap_s + 600, check=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        return {"key": key, "rows": 0, "seconds": 0.0, "failed": done.stderr.strip()[-300:]}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def measure(
+    key: str, setting: str, where: Where, store: Store | None, *, repeats: int, cap_s: float
+) -> Result:
+    """Probe ``key`` ``repeats`` times; the relay's counts are those of the last run."""
+    result = Result(key, setting, [])
+    for _ in range(repeats):
+        if store is not None:
+            store.reset()
+        result.runs.append(_probe(key, where, cap_s))
+        if store is not None:
+            result.relay = store.stats()
+        print(f"  {setting:>6} {key:<22} {result.runs[-1]}", file=sys.stderr, flush=True)
+    return result
+
+
+def settings(
+    store: Store, delays: list[float], local: Where, remote: Where
+) -> list[tuple[str, Where, float | None]]:
+    """(label, table, delay) of every setting: local, then the relay at each delay."""
+    return [("local", local, None)] + [(f"{delay:g} ms", remote, delay) for delay in delays]
+
+
+def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
+    """Every measurement of the benchmark, as plain data for the report."""
+    local_dir, remote_dir = os.path.join(folder, "local"), f"s3://{BUCKET}/db"
+    write_table(local_dir, TABLE, rows=args.rows, fragments=16, chunk=wide_chunk)
+    direct = store.options(relayed=False)
+    write_table(remote_dir, TABLE, rows=args.rows, fragments=16, chunk=wide_chunk, storage_options=direct)
+    local, remote = Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
+    results: list[Result] = []
+    for label, where, delay in settings(store, args.delays, local, remote):
+        if delay is not None:
+            store.set_delay(delay)
+        relay = store if delay is not None else None
+        for key in FIXED:
+            repeats = args.repeats if key in MAIN else 1
+            results.append(measure(key, label, where, relay, repeats=repeats, cap_s=args.cap))
+    frontier = []
+    for block in args.blocks:
+        for buffer in args.buffers:
+            key = f"ours:{block}:{buffer}"
+            frontier.append(measure(key, f"{args.delays[-1]:g} ms", remote, store, repeats=1, cap_s=args.cap))
+    tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
+    mixes = _mixing(tables, args)
+    return {"results": results, "frontier": frontier, "mixing": mixes}
+
+
+def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    from streaming.profiles import PROFILES
+
+    local, remote = PROFILES["local"], PROFILES["remote"]
+    found = {
+        "raw_scan": mixing.ratios(mixing.scan_labels, tables, splits=False),
+        "ours_local": mixing.ratios(mixing.ours_labels(local.block_rows, local.shuffle_buffer_size), tables),
+        "ours_remote": mixing.ratios(
+            mixing.ours_labels(remote.block_rows, remote.shuffle_buffer_size), tables
+        ),
+        "peer": mixing.ratios(mixing.peer_labels, tables),
+        "lance_fragments": mixing.ratios(
+            mixing.lance_torch_labels("ShardedFragmentSampler"), tables, splits=False
+        ),
+        "lance_batches": mixing.ratios(
+            mixing.lance_torch_labels("ShardedBatchSampler"), tables, splits=False
+        ),
+    }
+    for block in args.blocks:
+        for buffer in args.buffers:
+            found[f"ours:{block}:{buffer}"] = mixing.ratios(mixing.ours_labels(block, buffer), tables)
+    return found
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.remote", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (1,000,000)")
+    parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 25.0], help="ms per request (0 25)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
+    parser.add_argument("--cap", type=float, default=90.0, help="seconds after which a pass stops (90)")
+    parser.add_argument("--blocks", type=int, nargs="+", default=[64, 1024, 4096, 8192])
+    parser.add_argument("--buffers", type=int, nargs="+", default=[32_768, 262_144, 524_288, 1_048_576])
+    parser.add_argument(
+        "--mixing-rows", type=int, default=mixing.LARGE[0], help="rows of the 1,000-label table"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="Markdown file whose 'remote' section is replaced"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and publish its section."""
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory() as folder, running_store(os.path.join(folder, "server.log")) as store:
+        found = run(args, folder, store)
+    text = render(found, args)
+    sections.publish(text, name="remote", out=args.out)
+
+
+if __name__ == "__main__":
+    main()

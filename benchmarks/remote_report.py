@@ -1,0 +1,146 @@
+"""The Markdown of ``benchmarks.remote``: contenders per setting, the frontier, the targets."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from .document import load_average, machine_facts
+from .remote_contenders import FIXED
+
+SHUFFLED = ("peer", "lance_fragments", "lance_batches")
+"""The other shuffled contenders ours must dominate on the frontier."""
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _figures(result: Any, mixing: dict[str, float] | None) -> dict[str, float]:
+    probe, relay = result.probe, result.relay
+    rows = probe.get("rows", 0) or math.nan
+    requests = relay.get("requests", math.nan)
+    return {
+        "rate": result.rate,
+        "first_s": probe.get("first_s", math.nan),
+        "requests": requests * 1000 / rows if relay else math.nan,
+        "kib": relay.get("response_bytes", math.nan) / 1024 * 1000 / rows if relay else math.nan,
+        "mean_in_flight": relay.get("mean_in_flight", math.nan),
+        "max_in_flight": relay.get("max_in_flight", math.nan),
+        "rss": probe.get("peak_rss_mib", math.nan),
+        "cpu": probe.get("cpu_s", math.nan) / rows * 1e6,
+        "mix_large": (mixing or {}).get("2M", math.nan),
+        "mix_small": (mixing or {}).get("40k", math.nan),
+    }
+
+
+def _contender_table(results: list[Any], mixes: dict[str, dict[str, float]]) -> list[str]:
+    lines = [
+        "| setting | contender | rows/s | vs raw scan | first batch (s) | requests / 1k rows | KiB / 1k rows "
+        "| in flight (mean / max) | peak RSS (MiB) | CPU µs/row | mixing 2M | mixing 40k |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    scans = {r.setting: r.rate for r in results if r.key == "raw_scan"}
+    for result in results:
+        f = _figures(result, mixes.get(result.key))
+        note = " (stopped by the time cap)" if result.probe.get("stopped_by") == "cap" else ""
+        note += " (failed)" if "failed" in result.probe else ""
+        lines.append(
+            f"| {result.setting} | {FIXED[result.key][0]}{note} | {_num(f['rate'])} "
+            f"| {f['rate'] / scans[result.setting]:.2f}x | {_num(f['first_s'], 2)} | {_num(f['requests'], 2)} "
+            f"| {_num(f['kib'])} | {_num(f['mean_in_flight'], 1)} / {_num(f['max_in_flight'])} "
+            f"| {_num(f['rss'])} | {_num(f['cpu'], 2)} | {_num(f['mix_large'], 2)} | {_num(f['mix_small'], 2)} |"
+        )
+    return lines
+
+
+def _frontier_table(frontier: list[Any], mixes: dict[str, dict[str, float]], scan: Any) -> list[str]:
+    scan_requests = _figures(scan, None)["requests"]
+    lines = [
+        "| block_rows | shuffle_buffer_size | rows/s | vs raw scan | requests / 1k rows | vs scan's requests "
+        "| mixing 2M | mixing 40k | peak RSS (MiB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for result in frontier:
+        _, block, buffer = result.key.split(":")
+        f = _figures(result, mixes.get(result.key))
+        lines.append(
+            f"| {int(block):,} | {int(buffer):,} | {_num(f['rate'])} | {f['rate'] / scan.rate:.2f}x "
+            f"| {_num(f['requests'], 2)} | {f['requests'] / scan_requests:.1f}x | {_num(f['mix_large'], 2)} "
+            f"| {_num(f['mix_small'], 2)} | {_num(f['rss'])} |"
+        )
+    return lines
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "**FAIL**"
+
+
+def _targets(found: dict[str, Any], delay: str) -> list[str]:
+    by = {(r.setting, r.key): r for r in found["results"]}
+    mixes = found["mixing"]
+    remote, scan = (
+        _figures(by[(delay, "ours_remote")], mixes["ours_remote"]),
+        _figures(by[(delay, "raw_scan")], None),
+    )
+    local = {key: by[("local", key)].rate for key in ("raw_scan", "ours_local", "ours_remote", "peer")}
+    rate, requests = remote["rate"] / scan["rate"], remote["requests"] / scan["requests"]
+    lines = [
+        f"- At {delay}, the remote profile reads {rate:.2f}x the raw scan's rows/s (target >= 0.5x): "
+        f"{_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows (<= 5x): "
+        f"{_verdict(requests <= 5)}; mixes {remote['mix_large']:.2f} (2M, >= 0.6) and {remote['mix_small']:.2f} "
+        f"(40k, >= 0.8): {_verdict(remote['mix_large'] >= 0.6 and remote['mix_small'] >= 0.8)}; "
+        f"peak RSS {remote['rss']:,.0f} MiB (< 1,024): {_verdict(remote['rss'] < 1024)}.",
+        f"- Locally, the local defaults read {local['ours_local'] / local['raw_scan']:.2f}x the raw scan "
+        f"(>= 0.24x): {_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
+        f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
+        f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
+        f"{local['ours_remote'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
+        f"{_verdict(local['ours_remote'] >= 0.8 * local['ours_local'])}.",
+    ]
+    ours = [_figures(r, mixes.get(r.key)) for r in found["frontier"]]
+    ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_remote")]
+    for key in SHUFFLED:
+        other = _figures(by[(delay, key)], mixes[key])
+        better = [f for f in ours if f["mix_large"] >= other["mix_large"] and f["rate"] > other["rate"]]
+        best = max(better, key=lambda f: f["rate"], default=None)
+        detail = (
+            f"ours reaches {best['rate']:,.0f} rows/s at mixing {best['mix_large']:.2f}"
+            if best
+            else "no point"
+        )
+        lines.append(
+            f"- Frontier at {delay} against {FIXED[key][0]} ({other['rate']:,.0f} rows/s, mixing "
+            f"{other['mix_large']:.2f}): {detail}: {_verdict(best is not None)}."
+        )
+    return lines
+
+
+def render(found: dict[str, Any], args: argparse.Namespace) -> str:
+    """The section's Markdown."""
+    facts, delay = machine_facts(), f"{args.delays[-1]:g} ms"
+    scan = next(r for r in found["results"] if r.key == "raw_scan" and r.setting == delay)
+    return "\n".join(
+        [
+            "## Object storage",
+            "",
+            f"`python -m benchmarks.remote --rows {args.rows}`: {args.rows:,} rows x (id int64, label int32, "
+            "float32[128]), 16 fragments, 16 splits, batches of 256, k=0; moto's S3 server and the delaying "
+            "relay each in a process of their own; every contender in a fresh process over one whole pass "
+            f"(construction and first read included; cap {args.cap:g} s), the main ones the median of "
+            f"{args.repeats}. {facts['cores']} cores ({facts['cpu']}), commit {facts.get('commit', 'unknown')}, "
+            f"{facts['date']}; load average {load_average()}. Mixing: the distinct labels per batch over a "
+            "uniform permutation's, on label-sorted local tables (guarantee 12's tests).",
+            "",
+            *_contender_table(found["results"], found["mixing"]),
+            "",
+            f"### The frontier at {delay}: ours at each block and buffer size",
+            "",
+            *_frontier_table(found["frontier"], found["mixing"], scan),
+            "",
+            "### Targets",
+            "",
+            *_targets(found, delay),
+        ]
+    )
