@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NAMES = ("packing", "transfer", "transforms", "soak", "mixtures", "filterplan")
+NAMES = ("packing", "transfer", "transforms", "soak", "mixtures", "filterplan", "workerpath")
 """Sections other commands write, in the order they follow the main document."""
 
 
