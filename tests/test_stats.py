@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
+from streaming.stats import Counters
 
 from helpers import FailOn, make_table
 
@@ -114,3 +115,27 @@ def test_worker_queue_figures_drop_to_zero_when_their_iterator_is_gone(tmp_path)
     gc.collect()
     assert data.raw_queue_depth == data.prefetch_queue_depth == data.unscanned_rows == 0
     assert data.bytes_loaded == loaded > 0
+
+
+def test_throttled_counters_reuse_recent_gauges_and_keep_totals_current():
+    """A worker's counters (throttled) read the gauges at most once per interval; the
+    totals are current in every report, and a new iterator's gauges are read at once."""
+    reads = []
+
+    def gauges():
+        reads.append(len(reads))
+        return {"read_ahead": len(reads), "raw_rows": 0, "ready_rows": 0, "unscanned_rows": 0}
+
+    counters = Counters()
+    counters.watch(gauges)
+    assert [counters.as_dict()["read_ahead"] for _ in range(3)] == [1, 2, 3]  # unthrottled
+    counters.throttle(3600.0)
+    first = counters.as_dict()
+    counters.add(rows=5)
+    second = counters.as_dict()
+    assert first["read_ahead"] == second["read_ahead"] == 4 and len(reads) == 4
+    assert second["rows_read"] == first["rows_read"] + 5
+    counters.watch(gauges)  # a new iterator: its gauges, not the old ones
+    assert counters.as_dict()["read_ahead"] == 5
+    counters.watch(None)
+    assert counters.as_dict()["read_ahead"] == 0
