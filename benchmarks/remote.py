@@ -1,16 +1,20 @@
 """``python -m benchmarks.remote``: object storage, side by side, with a per-request delay.
 
-    python -m benchmarks.remote [--rows 1000000] [--delays 0 25] [--out docs/benchmarks.md]
+    python -m benchmarks.remote [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
 
 Starts moto's S3 server and a delaying relay (``benchmarks.relay``), each in a
-process of its own, writes a table of ``--rows`` rows x (id int64, label int32,
+process of its own, writes tables of ``--rows`` rows x (id int64, label int32,
 float32[128]) in 16 fragments to the server and to local disk, and measures each
 contender over one whole pass (construction and first read included) in a fresh
 process: locally and through the relay at each delay. The relay counts requests,
 bytes and requests in flight. Then the frontier: ours at each (block_rows,
-shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay. Mixing
-comes from ``benchmarks.remote_mixing`` (local label-sorted tables). The section
-``remote`` of ``--out`` is replaced.
+shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay, on the
+largest table. Mixing comes from ``benchmarks.remote_mixing`` (local label-sorted
+tables). The section ``remote`` of ``--out`` is replaced.
+
+The default sizes are the issue's table (200,000 rows, smaller than the remote
+profile's shuffle buffer, so one window holds all of it) and one five times as
+large, whose passes read several windows, as a billion-row table would.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Result:
 
     key: str
     setting: str
+    rows: int
     runs: list[dict[str, Any]]
     relay: dict[str, Any] = field(default_factory=dict)
 
@@ -77,7 +82,7 @@ def measure(
         result.runs.append(_probe(key, where, cap_s))
         if store is not None:
             result.relay = store.stats()
-        print(f"  {setting:>6} {key:<22} {result.runs[-1]}", file=sys.stderr, flush=True)
+        print(f"  {setting} {key:<22} {result.runs[-1]}", file=sys.stderr, flush=True)
     return result
 
 
@@ -140,10 +145,11 @@ def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.remote", description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (1,000,000)")
+    parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 25.0], help="ms per request (0 25)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
     parser.add_argument("--cap", type=float, default=90.0, help="seconds after which a pass stops (90)")
+    parser.add_argument("--peer-cap", type=float, default=60.0, help="the same for the peer (60)")
     parser.add_argument("--blocks", type=int, nargs="+", default=[64, 1024, 4096, 8192])
     parser.add_argument("--buffers", type=int, nargs="+", default=[32_768, 262_144, 524_288, 1_048_576])
     parser.add_argument(

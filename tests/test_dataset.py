@@ -234,20 +234,23 @@ def mean_distinct(labels: np.ndarray, batch: int) -> float:
     return float(np.mean([len(set(chunk)) for chunk in labels[:usable].reshape(-1, batch)]))
 
 
+@pytest.mark.parametrize("profile", ["local", "remote"])
 @pytest.mark.parametrize("num_splits", [1, 4])
-def test_mixing_on_a_label_sorted_table(tmp_path, num_splits):
-    """G12: default settings mix >= 0.8x a uniform permutation (40k rows, 10 labels)."""
+def test_mixing_on_a_label_sorted_table(tmp_path, num_splits, profile):
+    """G12: either profile's defaults mix >= 0.8x a uniform permutation (40k rows, 10 labels)."""
     uri = label_sorted_table(tmp_path / "sorted.lance", 40_000, 10)
-    ours = np.array([s["label"] for s in StreamingDataset(uri, num_splits=num_splits, columns=["label"])])
+    data = StreamingDataset(uri, num_splits=num_splits, columns=["label"], storage_profile=profile)
+    ours = np.array([s["label"] for s in data])
     uniform = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 4000))
     ratio = mean_distinct(ours, 64) / mean_distinct(uniform, 64)
     assert ratio >= 0.8, f"mixing ratio {ratio:.3f}"
 
 
-def test_mixing_at_scale(tmp_path):
-    """G12: >= 0.6x uniform on 2M rows, 1000 labels, batches of 256, S = 1."""
+@pytest.mark.parametrize("profile", ["local", "remote"])
+def test_mixing_at_scale(tmp_path, profile):
+    """G12: >= 0.6x uniform on 2M rows, 1000 labels, batches of 256, S = 1 (either profile's defaults)."""
     uri = label_sorted_table(tmp_path / "big.lance", 2_000_000, 1000)
-    iterator = iter(StreamingDataset(uri, num_splits=1, columns=["label"]))
+    iterator = iter(StreamingDataset(uri, num_splits=1, columns=["label"], storage_profile=profile))
     labels = np.array([int(next(iterator)["label"]) for _ in range(256 * 200)])
     iterator.close()
     uniform = np.random.default_rng(0).permutation(np.repeat(np.arange(1000), 2000))[: len(labels)]

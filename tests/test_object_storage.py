@@ -17,7 +17,7 @@ import lancedb
 import pytest
 from moto.server import ThreadedMotoServer
 
-from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset
+from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning
 
 from helpers import ids_of, json_roundtrip, table_data, take
 
@@ -194,6 +194,55 @@ def test_a_table_handle_carries_its_credentials(s3, s3_uri, kind, workers, conte
     again = from_handle(handle)
     again.load_state_dict(merged)
     assert len(again) == len(ids_of(dataset(s3_uri, s3))) - 12
+
+
+def _local_copy(s3_uri: str, s3: dict, path) -> str:
+    """The same writes and deletion as ``s3_uri``'s, on local disk (same fragments, same rows)."""
+    uri, start = str(path), 0
+    for index, size in enumerate([70, 45, 60]):
+        lance.write_dataset(table_data(start, size), uri, mode="create" if index == 0 else "append")
+        start += size
+    lance.dataset(uri).delete("id IN (3, 50, 120)")
+    return uri
+
+
+def test_object_store_uris_get_the_remote_profile(s3, s3_uri, tmp_path):
+    remote = StreamingDataset(s3_uri, storage_options=s3, num_splits=4)
+    assert remote.state_dict()["plan"]["block_rows"] == 4096
+    local_plan = StreamingDataset(s3_uri, storage_options=s3, num_splits=4, storage_profile="local")
+    assert local_plan.state_dict()["plan"]["block_rows"] == 64
+    explicit = StreamingDataset(s3_uri, storage_options=s3, num_splits=4, block_rows=8)
+    assert explicit.state_dict()["plan"]["block_rows"] == 8
+    on_disk = StreamingDataset(_local_copy(s3_uri, s3, tmp_path / "copy.lance"), num_splits=4)
+    assert on_disk.state_dict()["plan"]["block_rows"] == 64
+    assert sorted(ids_of(remote)) == sorted(ids_of(on_disk))
+
+
+@pytest.mark.parametrize("direction", ["bucket to disk", "disk to bucket"])
+def test_a_copied_table_resumes_under_the_other_profile(s3, s3_uri, tmp_path, direction):
+    """A state written under one profile resumes exactly where the other is the default."""
+    copy = _local_copy(s3_uri, s3, tmp_path / "copy.lance")
+
+    def build(where: str) -> StreamingDataset:
+        if where == "bucket":
+            return StreamingDataset(s3_uri, storage_options=s3, num_splits=4)
+        return StreamingDataset(copy, num_splits=4)
+
+    before, after = direction.split(" to ")
+    first = build(before)
+    full = ids_of(build(before))
+    head = take(iter(first), 22)
+    state = json_roundtrip(first.state_dict())
+    record(state)
+    resumed = build(after)
+    with pytest.warns(TableMovedWarning):
+        resumed.load_state_dict(state)
+    assert resumed.state_dict()["plan"] == state["plan"]
+    assert head[:20] + ids_of(resumed) == full
+    target = copy if after == "disk" else s3_uri
+    pinned = StreamingDataset(target, storage_options=s3, num_splits=4, block_rows=2)
+    with pytest.raises(ValueError, match="block_rows"):
+        pinned.load_state_dict(state)
 
 
 def test_no_secret_in_any_state_repr_or_message():

@@ -1,0 +1,107 @@
+"""Storage profiles: which plan settings a table gets, and adopting a saved plan (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streaming.options import Options
+from streaming.plan import window_rows_for
+from streaming.profiles import PROFILES, choose_profile, profile_for
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("s3://bucket/table.lance", "remote"),
+        ("S3://bucket/table.lance", "remote"),
+        ("gs://bucket/table.lance", "remote"),
+        ("az://container/table.lance", "remote"),
+        ("abfss://container@account.dfs.core.windows.net/t.lance", "remote"),
+        ("/data/table.lance", "local"),
+        ("relative/table.lance", "local"),
+        ("file:///data/table.lance", "local"),
+        ("memory://table", "local"),
+    ],
+)
+def test_auto_picks_by_scheme(uri, expected):
+    assert choose_profile("auto", uri).name == expected
+    assert choose_profile(expected, "s3://b/t.lance" if expected == "local" else "/t.lance").name == expected
+
+
+@pytest.mark.parametrize("bad", ["fast", "", None, 3, "Remote"])
+def test_an_unknown_profile_names_field_value_and_choices(bad):
+    with pytest.raises(
+        ValueError, match=r"storage_profile must be 'auto', 'local' or 'remote', got"
+    ) as error:
+        choose_profile(bad, "s3://b/t.lance")
+    assert repr(bad) in str(error.value)
+
+
+def test_explicit_settings_win_and_mark_the_plan_as_the_users():
+    remote = PROFILES["remote"]
+    chosen, from_profile = profile_for("auto", "s3://b/t", block_rows=None, shuffle_buffer_size=None)
+    assert (chosen.block_rows, chosen.shuffle_buffer_size, from_profile) == (
+        remote.block_rows,
+        remote.shuffle_buffer_size,
+        True,
+    )
+    chosen, from_profile = profile_for("auto", "s3://b/t", block_rows=128, shuffle_buffer_size=None)
+    assert (chosen.block_rows, chosen.shuffle_buffer_size, from_profile) == (
+        128,
+        remote.shuffle_buffer_size,
+        False,
+    )
+    assert chosen.take_rows == remote.take_rows and chosen.min_io_threads == remote.min_io_threads
+    chosen, from_profile = profile_for("local", "s3://b/t", block_rows=None, shuffle_buffer_size=4096)
+    assert (chosen.block_rows, chosen.shuffle_buffer_size, from_profile) == (64, 4096, False)
+
+
+def _options(**changes) -> Options:
+    required = [f.name for f in dataclasses.fields(Options) if f.default is dataclasses.MISSING]
+    base: dict[str, object] = dict.fromkeys(required)
+    base.update(
+        num_splits=4,
+        world_size=1,
+        rank=0,
+        epoch=0,
+        shuffle=True,
+        shuffle_seed=0,
+        block_rows=64,
+        shuffle_buffer_size=32768,
+        read_batch_size=64,
+        io_queue_depth=4,
+        on_transform_error="raise",
+    )
+    base.update(changes)
+    return Options(**base)  # type: ignore[arg-type]
+
+
+@given(
+    splits=st.integers(1, 64),
+    block=st.integers(1, 8192),
+    blocks_per_window=st.integers(1, 512),
+)
+def test_adopting_a_saved_plan_gives_back_its_window(splits, block, blocks_per_window):
+    window = block * blocks_per_window
+    options = _options(num_splits=splits, profile_plan=True).adopting(block_rows=block, window_rows=window)
+    assert options.block_rows == block
+    assert (
+        window_rows_for(shuffle_buffer_size=options.shuffle_buffer_size, num_splits=splits, block_rows=block)
+        == window
+    )
+
+
+def test_explicit_plans_are_never_adopted():
+    options = _options(profile_plan=False)
+    assert options.adopting(block_rows=4096, window_rows=8192) is options
+
+
+def test_the_remote_profile_reads_with_more_threads():
+    assert _options(io_queue_depth=4).io_threads == 4
+    remote = _options(io_queue_depth=4, profile=PROFILES["remote"])
+    assert remote.io_threads == PROFILES["remote"].min_io_threads == 16
+    assert dataclasses.replace(remote, io_queue_depth=32).io_threads == 32
