@@ -86,33 +86,45 @@ def measure(
     return result
 
 
-def settings(
-    store: Store, delays: list[float], local: Where, remote: Where
-) -> list[tuple[str, Where, float | None]]:
-    """(label, table, delay) of every setting: local, then the relay at each delay."""
-    return [("local", local, None)] + [(f"{delay:g} ms", remote, delay) for delay in delays]
+def _tables(folder: str, store: Store, rows: int) -> tuple[Where, Where]:
+    """The table of ``rows`` rows on local disk and on the server (read through the relay)."""
+    local_dir, remote_dir = os.path.join(folder, f"local{rows}"), f"s3://{BUCKET}/db{rows}"
+    write_table(local_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk)
+    direct = store.options(relayed=False)
+    write_table(remote_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk, storage_options=direct)
+    return Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
+
+
+def _contenders(
+    args: argparse.Namespace, store: Store, rows: int, local: Where, remote: Where
+) -> list[Result]:
+    """Every fixed contender on the table of ``rows`` rows: locally, then at each delay."""
+    results = []
+    for delay in [None, *args.delays]:
+        if delay is not None:
+            store.set_delay(delay)
+        setting = ("local" if delay is None else f"{delay:g} ms", rows)
+        where, relay = (local, None) if delay is None else (remote, store)
+        for key in FIXED:
+            repeats = args.repeats if key in MAIN else 1
+            cap = args.peer_cap if key == "peer" else args.cap
+            results.append(measure(key, setting, where, relay, repeats=repeats, cap_s=cap))
+    return results
 
 
 def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     """Every measurement of the benchmark, as plain data for the report."""
-    local_dir, remote_dir = os.path.join(folder, "local"), f"s3://{BUCKET}/db"
-    write_table(local_dir, TABLE, rows=args.rows, fragments=16, chunk=wide_chunk)
-    direct = store.options(relayed=False)
-    write_table(remote_dir, TABLE, rows=args.rows, fragments=16, chunk=wide_chunk, storage_options=direct)
-    local, remote = Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
     results: list[Result] = []
-    for label, where, delay in settings(store, args.delays, local, remote):
-        if delay is not None:
-            store.set_delay(delay)
-        relay = store if delay is not None else None
-        for key in FIXED:
-            repeats = args.repeats if key in MAIN else 1
-            results.append(measure(key, label, where, relay, repeats=repeats, cap_s=args.cap))
-    frontier = []
-    for block in args.blocks:
-        for buffer in args.buffers:
-            key = f"ours:{block}:{buffer}"
-            frontier.append(measure(key, f"{args.delays[-1]:g} ms", remote, store, repeats=1, cap_s=args.cap))
+    for rows in args.rows:
+        local, remote = _tables(folder, store, rows)
+        results += _contenders(args, store, rows, local, remote)
+    setting = (f"{args.delays[-1]:g} ms", args.rows[-1])
+    store.set_delay(args.delays[-1])
+    frontier = [
+        measure(f"ours:{block}:{buffer}", setting, remote, store, repeats=1, cap_s=args.cap)
+        for block in args.blocks
+        for buffer in args.buffers
+    ]
     tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
     mixes = _mixing(tables, args)
     return {"results": results, "frontier": frontier, "mixing": mixes}
