@@ -72,10 +72,11 @@ def _probe(key: str, where: Where, cap_s: float) -> dict[str, Any]:
 
 
 def measure(
-    key: str, setting: str, where: Where, store: Store | None, *, repeats: int, cap_s: float
+    key: str, setting: tuple[str, int], where: Where, store: Store | None, *, repeats: int, cap_s: float
 ) -> Result:
-    """Probe ``key`` ``repeats`` times; the relay's counts are those of the last run."""
-    result = Result(key, setting, [])
+    """Probe ``key`` ``repeats`` times at ``setting`` (label, table rows); the relay's
+    counts are those of the last run."""
+    result = Result(key, setting[0], setting[1], [])
     for _ in range(repeats):
         if store is not None:
             store.reset()
