@@ -89,7 +89,9 @@ class WindowSource:
                 for (split, window), gather in zip(requests, request.gathers, strict=True)
             ]
         else:
-            windows = list(Rows.gather(table, request.gathers))
+            holder = [table]
+            del table  # the holder's is the only reference: converted columns are released
+            windows = list(Rows.gather(holder, request.gathers))
         return dict(zip(requests, windows, strict=True))
 
 

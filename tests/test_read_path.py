@@ -113,3 +113,42 @@ def test_loader_batches_equal_default_collate_when_splits_are_at_different_windo
         for key in ("id", "label", "vec"):
             assert torch.equal(mine[key], plain[key]), (index, key)
         assert mine["text"] == plain["text"], index
+
+
+def _mixed_chunks() -> pa.Table:
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(30, dtype=np.float32)), 3)
+    nested = pa.FixedSizeListArray.from_arrays(
+        pa.FixedSizeListArray.from_arrays(pa.array(np.arange(40)), 2), 2
+    )
+    holes = pa.FixedSizeListArray.from_arrays(pa.array([1.0, None] * 10, pa.float64()), 2)
+    part = pa.table(
+        {
+            "id": np.arange(10, dtype=np.int64),
+            "small": np.arange(10, dtype=np.int8),
+            "vec": vectors,
+            "nested": nested,
+            "holes": holes,
+            "flag": np.arange(10) % 2 == 0,
+            "text": [f"row {i}" for i in range(10)],
+            "maybe": pa.array([1, None] * 5, pa.int32()),
+        }
+    )
+    return pa.concat_tables([part, part.slice(3, 4), part.slice(0, 0), part])
+
+
+@pytest.mark.parametrize("table", [_mixed_chunks(), _mixed_chunks().slice(0, 0)], ids=["chunks", "empty"])
+def test_handing_a_table_over_converts_it_like_a_copy(table):
+    """Storage.take_over (release as converted) gives the columns Storage.convert gives."""
+    from streaming.rows import Storage
+
+    expected = Storage.convert(table)
+    holder = [table]
+    got = Storage.take_over(holder)
+    assert holder == [] and got.names == expected.names
+    for name, mine, theirs in zip(got.names, got.columns, expected.columns, strict=True):
+        assert type(mine) is type(theirs), name
+        if isinstance(theirs, np.ndarray):
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, name
+            np.testing.assert_array_equal(mine, theirs)
+        else:
+            assert [_as_python(v) for v in mine] == [_as_python(v) for v in theirs], name
