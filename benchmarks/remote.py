@@ -163,8 +163,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
     parser.add_argument("--cap", type=float, default=90.0, help="seconds after which a pass stops (90)")
     parser.add_argument("--peer-cap", type=float, default=60.0, help="the same for the peer (60)")
-    parser.add_argument("--blocks", type=int, nargs="+", default=[64, 1024, 4096, 8192])
-    parser.add_argument("--buffers", type=int, nargs="+", default=[32_768, 262_144, 524_288, 1_048_576])
+    parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 2048, 4096, 8192])
+    parser.add_argument("--buffers", type=int, nargs="+", default=[32_768, 262_144, 1_048_576])
     parser.add_argument(
         "--mixing-rows", type=int, default=mixing.LARGE[0], help="rows of the 1,000-label table"
     )

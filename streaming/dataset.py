@@ -220,6 +220,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         snapshot, handle = source.open_table(
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )
+        options = options.sized_for(source.row_bytes(handle, options.columns))
         if shared_plan and options.filter:  # one scan for the job, one plan checked on every rank
             index = jobplan.shared_filter_index(snapshot, handle, options.filter)
             view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)

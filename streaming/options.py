@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .profiles import PROFILES, Profile
+from .profiles import PROFILES, Profile, sized
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -159,6 +159,23 @@ class Options:
         """Threads reading windows (as many again run their takes): ``io_queue_depth``,
         at least the storage profile's minimum (16 remote: hides a store's round trips)."""
         return max(self.io_queue_depth, self.profile.min_io_threads)
+
+    def sized_for(self, row_bytes: float | None) -> Options:
+        """These options with the profile's block and buffer sized for the table's rows.
+
+        Only when neither was given (``profile_plan``) and the profile depends on
+        the row size (remote). Every rank reads the same snapshot's metadata, so
+        every rank sizes the same way.
+        """
+        if not self.profile_plan:
+            return self
+        profile = sized(self.profile, row_bytes)
+        return dataclasses.replace(
+            self,
+            profile=profile,
+            block_rows=profile.block_rows,
+            shuffle_buffer_size=profile.shuffle_buffer_size,
+        )
 
     def adopting(self, *, block_rows: int, window_rows: int) -> Options:
         """These options with a saved plan's block and window, if they came from the profile.

@@ -18,6 +18,7 @@ __all__ = [
     "PROFILES",
     "REMOTE_SCHEMES",
     "Profile",
+    "sized",
     "choose_profile",
     "profile_for",
 ]
@@ -41,9 +42,17 @@ class Profile:
 PROFILES = {
     "local": Profile("local", block_rows=64, shuffle_buffer_size=32_768),
     "remote": Profile(
-        "remote", block_rows=4_096, shuffle_buffer_size=524_288, min_io_threads=16, take_rows=0
+        "remote", block_rows=2_048, shuffle_buffer_size=262_144, min_io_threads=16, take_rows=0
     ),
 }
+
+BLOCK_BYTES = 2 << 20
+"""The remote profile's block is the largest power of two of rows up to this many bytes."""
+BLOCK_ROWS_RANGE = (16, 8_192)
+"""... within these bounds (narrow rows do not make blocks of millions of rows)."""
+BLOCKS_PER_BUFFER = 128
+"""The remote profile's shuffle buffer holds this many blocks: the mixing depends on
+how many blocks a window draws from, the memory on their bytes."""
 
 REMOTE_SCHEMES = ("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf")
 """URI schemes of object stores: ``auto`` picks the remote profile for them."""
@@ -84,3 +93,21 @@ def profile_for(
         else shuffle_buffer_size,
     )
     return chosen, block_rows is None and shuffle_buffer_size is None
+
+
+def sized(profile: Profile, row_bytes: float | None) -> Profile:
+    """``profile`` with its block and buffer sized for rows of ``row_bytes`` bytes.
+
+    Only the remote profile depends on the row size: its block is the largest
+    power of two of rows within ``BLOCK_BYTES`` (clamped to ``BLOCK_ROWS_RANGE``)
+    and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read request carries one to
+    two megabytes and a window draws from 128 blocks whatever the rows hold.
+    Without a size (``None``) the profile is returned as it is (its numbers suit
+    rows of about 0.5 to 1 KiB).
+    """
+    if profile.name != "remote" or row_bytes is None or row_bytes <= 0:
+        return profile
+    low, high = BLOCK_ROWS_RANGE
+    fit = max(1, int(BLOCK_BYTES // row_bytes))
+    block = min(high, max(low, 1 << (fit.bit_length() - 1)))
+    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)

@@ -37,6 +37,7 @@ __all__ = [
     "protect",
     "read_rows",
     "release",
+    "row_bytes",
     "table_uri",
     "tag_name",
 ]
@@ -156,6 +157,41 @@ def table_uri(table: Any) -> str:
     if isinstance(uri, str):
         return uri
     return os.fspath(table) if isinstance(table, (str, os.PathLike)) else ""
+
+
+def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
+    """Bytes a row of ``columns`` takes, from metadata only (no data is read).
+
+    Exact when every column has a fixed width; otherwise the data files' sizes over
+    their rows (every column's, so an over-estimate when only some are read).
+    ``None`` when neither is known.
+    """
+    schema = dataset.schema
+    names = [name for name in columns or schema.names if name in schema.names]  # unknown: named later
+    widths = [_fixed_width(schema.field(name).type) for name in names]
+    if all(width is not None for width in widths):
+        return float(sum(width for width in widths if width is not None)) or None
+    total_bytes = total_rows = 0
+    for fragment in dataset.get_fragments():
+        sizes = [file.file_size_bytes for file in fragment.data_files()]
+        if any(size is None for size in sizes):
+            return None
+        total_bytes += sum(sizes)
+        total_rows += int(fragment.physical_rows)
+    return total_bytes / total_rows if total_rows else None
+
+
+def _fixed_width(type_: pa.DataType) -> int | None:
+    """Bytes of one value of a fixed-width type (fixed-size lists included), else None."""
+    count = 1
+    while pa.types.is_fixed_size_list(type_):
+        count *= type_.list_size
+        type_ = type_.value_type
+    try:
+        bits = type_.bit_width
+    except ValueError:
+        return None
+    return max(1, bits * count // 8)
 
 
 def handle_options(dataset: Any) -> dict[str, str] | None:

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streaming import source
 from streaming.options import Options
 from streaming.plan import window_rows_for
-from streaming.profiles import PROFILES, choose_profile, profile_for
+from streaming.profiles import BLOCK_BYTES, BLOCK_ROWS_RANGE, PROFILES, choose_profile, profile_for, sized
 
 
 @pytest.mark.parametrize(
@@ -105,3 +106,37 @@ def test_the_remote_profile_reads_with_more_threads():
     remote = _options(io_queue_depth=4, profile=PROFILES["remote"])
     assert remote.io_threads == PROFILES["remote"].min_io_threads == 16
     assert dataclasses.replace(remote, io_queue_depth=32).io_threads == 32
+
+
+@given(row_bytes=st.floats(0.01, 1e9, allow_nan=False))
+def test_the_remote_block_fits_its_bytes_and_the_buffer_holds_128_blocks(row_bytes):
+    profile = sized(PROFILES["remote"], row_bytes)
+    block = profile.block_rows
+    low, high = BLOCK_ROWS_RANGE
+    assert low <= block <= high and block & (block - 1) == 0, "a power of two within range"
+    assert block * row_bytes <= BLOCK_BYTES or block == low
+    assert block == high or block * 2 * row_bytes > BLOCK_BYTES, "the largest that fits"
+    assert profile.shuffle_buffer_size == 128 * block
+    assert sized(PROFILES["local"], row_bytes) == PROFILES["local"]
+
+
+def test_without_a_row_size_the_remote_profile_keeps_its_numbers():
+    assert sized(PROFILES["remote"], None) == PROFILES["remote"]
+    assert sized(PROFILES["remote"], 524) == PROFILES["remote"], "its numbers are those of 0.5 KiB rows"
+
+
+def test_row_bytes_from_metadata(tmp_path):
+    import lance
+    import numpy as np
+    import pyarrow as pa
+
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(100 * 128, dtype=np.float32)), 128)
+    table = pa.table({"id": np.arange(100), "label": np.zeros(100, np.int32), "vec": vectors})
+    fixed = lance.write_dataset(table, str(tmp_path / "fixed.lance"))
+    assert source.row_bytes(fixed, None) == 8 + 4 + 512
+    assert source.row_bytes(fixed, ["id", "label"]) == 12
+    rng = np.random.default_rng(0)
+    texts = table.append_column("text", pa.array([rng.bytes(1000) for _ in range(100)]))
+    mixed = lance.write_dataset(texts, str(tmp_path / "mixed.lance"))
+    estimate = source.row_bytes(mixed, None)
+    assert estimate is not None and 1000 + 524 <= estimate < 2 * (1000 + 524), "file bytes over rows"
