@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 BUCKET = "bench"
 _KEYS = {
@@ -81,35 +81,50 @@ class Store:
 
 
 @contextlib.contextmanager
-def running_store(log_path: str) -> Iterator[Store]:
-    """Start moto's server and a relay (no delay yet), make the bucket, stop both at the end."""
+def moto_server(log: IO[str]) -> Iterator[str]:
+    """moto's S3 server on a free port of 127.0.0.1, in a process of its own; yields its URL."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        _wait_until_up(endpoint, server, "moto's server")
+        yield endpoint
+    finally:
+        server.kill()
+        server.wait()
+
+
+def make_bucket(endpoint: str, bucket: str, options: dict[str, str]) -> None:
+    """Create ``bucket`` on the server at ``endpoint`` with the keys in ``options``."""
     import boto3
 
-    port = _free_port()
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-        )
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=options["aws_access_key_id"],
+        aws_secret_access_key=options["aws_secret_access_key"],
+        region_name=options.get("aws_region", "us-east-1"),
+    ).create_bucket(Bucket=bucket)
+
+
+@contextlib.contextmanager
+def running_store(log_path: str) -> Iterator[Store]:
+    """Start moto's server and a relay (no delay yet), make the bucket, stop both at the end."""
+    with open(log_path, "w") as log, moto_server(log) as endpoint:
+        upstream = endpoint.rsplit("/", 1)[1]
         relay = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.relay", "--upstream", f"127.0.0.1:{port}", "--delay-ms", "0"],
+            [sys.executable, "-m", "benchmarks.relay", "--upstream", upstream, "--delay-ms", "0"],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
         )
         try:
-            endpoint = f"http://127.0.0.1:{port}"
-            _wait_until_up(endpoint, server, "moto's server")
             assert relay.stdout is not None
             store = Store(endpoint, f"http://127.0.0.1:{int(relay.stdout.readline())}")
-            boto3.client(
-                "s3",
-                endpoint_url=endpoint,
-                aws_access_key_id=_KEYS["aws_access_key_id"],
-                aws_secret_access_key=_KEYS["aws_secret_access_key"],
-                region_name=_KEYS["aws_region"],
-            ).create_bucket(Bucket=BUCKET)
+            make_bucket(endpoint, BUCKET, _KEYS)
             yield store
         finally:
-            for process in (relay, server):
-                process.terminate()
-                process.wait(timeout=30)
+            relay.terminate()
+            relay.wait(timeout=30)

@@ -17,18 +17,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import lance
 import pytest
 
+from benchmarks.s3 import make_bucket, moto_server
 from streaming import StreamingDataset, TorchrunStoreWarning, torchrun
 
 from helpers import ids_of, make_table, table_data
@@ -47,41 +45,16 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory) -> Iterator[dict[str, str]]:
     """moto's S3 server in a process of its own, as object storage is for a real job."""
-    port = free_port()
-    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    try:
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=1).close()
-                break
-            except urllib.error.HTTPError:
-                break  # it answers
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "moto's server did not start"
-                time.sleep(0.1)
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        ).create_bucket(Bucket="tables")
-        yield {
+    with (tmp_path_factory.mktemp("moto") / "moto.log").open("w") as log, moto_server(log) as endpoint:
+        options = {
             "aws_endpoint": endpoint,
             "aws_access_key_id": KEY_ID,
             "aws_secret_access_key": SECRET,
             "aws_region": "us-east-1",
             "allow_http": "true",
         }
-    finally:
-        server.kill()
-        server.wait()
-        log.close()
+        make_bucket(endpoint, "tables", options)
+        yield options
 
 
 @pytest.fixture(scope="module")
