@@ -194,6 +194,9 @@ class SplitReaders:
         with self._lock:
             future = self._scheduled.pop(key)
             self._landed_rows -= self._landed.pop(key, 0)
+            keys = self._pending.get(future, ())
+            if all(self._scheduled.get(other) is not future for other in keys):
+                self._pending.pop(future, None)  # every window of the read entered: never look again
         windows = future.result()  # waits for the read, outside the lock
         with self._lock:
             return windows.pop(key)
