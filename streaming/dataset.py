@@ -348,11 +348,10 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         runs): ``read_ahead`` (windows requested, not yet consumed), ``raw_rows``
         (rows read, waiting for the transform), ``ready_rows`` (rows ready to hand
         out), ``unscanned_rows`` (rows not yet requested). Worker totals are as of
-        their latest delivered batch; a worker's gauges may be up to 50 ms older.
-        The ``lancedb.streaming`` attributes (``bytes_loaded``, ``fetch_time``,
-        ``transform_time``, ``rows_skipped``, ``consumed_rows``,
-        ``raw_queue_depth``, ``prefetch_queue_depth``, ``unscanned_rows``) read
-        these entries. Cheap: counters only, no I/O.
+        their latest delivered batch. The ``lancedb.streaming`` attributes
+        (``bytes_loaded``, ``fetch_time``, ``transform_time``, ``rows_skipped``,
+        ``consumed_rows``, ``raw_queue_depth``, ``prefetch_queue_depth``,
+        ``unscanned_rows``) read these entries. Cheap: counters only, no I/O.
         """
         samples, positions = self._ledger.cursor.samples, self._ledger.cursor.positions
         totals = stats.total([self._counters.as_dict(), *self._worker_counters.values()])

@@ -11,9 +11,62 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .progress import Cursor, SplitProgress
+from .progress import Cursor, Mark, SplitProgress
 
-__all__ = ["Ledger"]
+__all__ = ["Advances", "Ledger"]
+
+
+class Advances:
+    """Each owned split's advance since the run started, and whether it still runs.
+
+    Kept as counts of each advance (of running splits, of run-out splits) so that
+    ``at_boundary`` costs O(1) and an update O(splits updated), whatever the
+    number of splits. Pure: the caller feeds it every change of an owned split.
+    """
+
+    def __init__(self, owned: Sequence[int], start: Sequence[SplitProgress], *, total: int, by_samples: bool):
+        """Track ``owned`` splits from the run's ``start``; feed each one's progress
+        with ``update`` before asking ``at_boundary``."""
+        self._owned = frozenset(owned)
+        self._begun = [split.samples for split in start]
+        self._total, self._by_samples = total, by_samples
+        self._each: dict[int, tuple[int, bool]] = {}  # split: (advance, running)
+        self._running: dict[int, int] = {}  # advance: how many running splits have it
+        self._out: dict[int, int] = {}  # advance: how many splits that ran out have it
+
+    def update(self, updates: Mapping[int, SplitProgress]) -> None:
+        """Record where some splits stand now (splits not owned are ignored)."""
+        owned, begun, each, total = self._owned, self._begun, self._each, self._total
+        for split, progress in updates.items():
+            if split not in owned:
+                continue
+            count = progress.samples if self._by_samples else progress.positions
+            new = (progress.samples - begun[split], count < total)
+            old = each.get(split)
+            if old != new:
+                if old is not None:
+                    _discount(self._running if old[1] else self._out, old[0])
+                counts = self._running if new[1] else self._out
+                counts[new[0]] = counts.get(new[0], 0) + 1
+                each[split] = new
+
+    def at_boundary(self) -> bool:
+        """``Ledger.at_boundary`` for the recorded progress."""
+        if len(self._running) > 1:
+            return False
+        if not self._running:
+            return True
+        (common,) = self._running
+        return not self._out or max(self._out) <= common
+
+
+def _discount(counts: dict[int, int], advance: int) -> None:
+    """Take one split off ``advance`` in ``counts``."""
+    left = counts[advance] - 1
+    if left:
+        counts[advance] = left
+    else:
+        del counts[advance]
 
 
 class Ledger:
@@ -27,16 +80,31 @@ class Ledger:
     def __init__(self, owned: Sequence[int]) -> None:
         self.owned = tuple(owned)
         self.cursor = Cursor(())
-        self.boundary: tuple[SplitProgress, ...] = ()
         self.total, self.by_samples = 0, False
+        self._boundary: Mark = ([], [], [])
         self._group_batches: dict[tuple[int, int], int] = {}  # (group, groups): batches this run
+        self._advances = Advances((), (), total=0, by_samples=False)
+        self._tracked = -1  # the cursor version ``_advances`` describes
 
     def restart(self, progress: Sequence[SplitProgress], *, total: int, by_samples: bool) -> None:
         """Start a run at ``progress``."""
         self.cursor = Cursor(progress)
-        self.boundary = tuple(progress)
         self.total, self.by_samples = total, by_samples
+        self._boundary = self.cursor.mark()
         self._group_batches = {}
+        self._track()
+
+    @property
+    def boundary(self) -> tuple[SplitProgress, ...]:
+        """Every split's progress at the last boundary ``commit`` saw (or the run's start)."""
+        return Cursor.unmark(self._boundary)
+
+    def _track(self) -> None:
+        """Describe the cursor as it stands now in ``_advances``."""
+        progress = self.cursor.progress()
+        self._advances = Advances(self.owned, self.cursor.start, total=self.total, by_samples=self.by_samples)
+        self._advances.update({split: progress[split] for split in self.owned})
+        self._tracked = self.cursor.version
 
     def remaining(self) -> list[int]:
         """Samples (or blocks) each split has left in this epoch."""
@@ -64,11 +132,19 @@ class Ledger:
 
     def commit(self, updates: Mapping[int, SplitProgress], *, group: tuple[int, int]) -> None:
         """Adopt the progress of a worker's splits (``group``: its share of the rank's
-        splits, and how many shares there are); remember it if it is a boundary."""
+        splits, and how many shares there are); remember it if it is a boundary.
+
+        Costs O(len(updates)): whether the result is a boundary is decided as
+        ``at_boundary`` would, from advances kept up to date split by split.
+        """
+        if self._tracked != self.cursor.version:  # moved by this process's own iterator
+            self._track()
         self.cursor.apply(updates)
+        self._tracked = self.cursor.version
+        self._advances.update(updates)
         self._group_batches[group] = self._group_batches.get(group, 0) + 1
-        if self.at_boundary():
-            self.boundary = self.cursor.progress()
+        if self._advances.at_boundary():
+            self._boundary = self.cursor.mark()
 
     def groups_behind_first(self, groups: int) -> tuple[int, ...]:
         """The rank's split groups, those with fewer committed batches first.

@@ -50,11 +50,14 @@ class Cursor:
     An iterator moves several splits by one sample per completed cycle; to keep
     that cheap, the splits of the current *stride* (``begin``) advance together by
     ``cycles`` and are folded in on read. ``start`` is the progress at the start of
-    this run (construction, ``set_epoch`` or ``load_state_dict``).
+    this run (construction, ``set_epoch`` or ``load_state_dict``). ``version``
+    changes whenever a method changes the stored counts (a stride's ``cycles``
+    are not stored until ``fold``).
     """
 
     def __init__(self, progress: Sequence[SplitProgress]) -> None:
         self.start: tuple[SplitProgress, ...] = tuple(progress)
+        self.version = 0
         self._samples = [split.samples for split in progress]
         self._positions = [split.positions for split in progress]
         self._anchors: list[Anchor | None] = [split.anchor for split in progress]
@@ -83,9 +86,7 @@ class Cursor:
 
     def progress(self, splits: Sequence[int] | None = None) -> tuple[SplitProgress, ...]:
         """The progress of ``splits`` (default: every split), in that order."""
-        samples, positions = self.samples, self.positions
-        chosen = range(len(samples)) if splits is None else splits
-        return tuple(SplitProgress(samples[s], positions[s], self._anchors[s]) for s in chosen)
+        return self.unmark((self.samples, self.positions, self._anchors), splits)
 
     def apply(self, updates: Mapping[int, SplitProgress]) -> None:
         """Overwrite the progress of some splits (a worker's batch reached the trainer).
@@ -94,10 +95,18 @@ class Cursor:
         """
         if self._moving:
             raise RuntimeError("apply() while an iterator of this process advances the cursor")
+        self.version += 1
         for split, progress in updates.items():
             self._samples[split] = progress.samples
             self._positions[split] = progress.positions
             self._anchors[split] = progress.anchor
+
+    @staticmethod
+    def unmark(mark: Mark, splits: Sequence[int] | None = None) -> tuple[SplitProgress, ...]:
+        """The progress a ``mark`` holds for ``splits`` (default: every split)."""
+        samples, positions, anchors = mark
+        chosen = range(len(samples)) if splits is None else splits
+        return tuple(SplitProgress(samples[s], positions[s], anchors[s]) for s in chosen)
 
     def mark(self) -> Mark:
         """Where every split stands now; cheaper than ``progress()`` on a hot path."""
@@ -108,16 +117,19 @@ class Cursor:
         if self._moving:
             raise RuntimeError("restore() while an iterator of this process advances the cursor")
         samples, positions, anchors = mark
+        self.version += 1
         self._samples, self._positions, self._anchors = list(samples), list(positions), list(anchors)
 
     def advance(self, splits: Sequence[int], cycles: int) -> None:
         """Count ``cycles`` more completed cycles for ``splits`` (no stride open)."""
+        self.version += 1
         for split in splits:
             self._samples[split] += cycles
             self._positions[split] += cycles
 
     def move_anchors(self, anchors: Mapping[int, Anchor]) -> None:
         """Packing: adopt each split's new anchor (its block count and document)."""
+        self.version += 1
         for split, anchor in anchors.items():
             self._anchors[split] = anchor
             self._samples[split], self._positions[split] = anchor[0], anchor[1]
@@ -138,5 +150,6 @@ class Cursor:
 
     def fold(self) -> None:
         """Close the open stride into the stored counts."""
+        self.version += 1
         self._samples, self._positions = self.samples, self.positions
         self._moving, self._passed, self.cycles = [], [], 0

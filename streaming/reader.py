@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -104,6 +105,10 @@ class SplitReaders:
     the windows of one read share its converted columns, which live until the
     last of them is consumed (splits that advance in step, as they do unless a
     lagged state was loaded, leave their windows together).
+
+    The gauges are kept as running counts, updated as windows are scheduled,
+    entered and consumed, so reading them costs O(reads in flight) (plus one
+    look per current window with a transform), not a walk of every window.
     """
 
     def __init__(
@@ -124,7 +129,16 @@ class SplitReaders:
         self._current: dict[int, Window] = {}
         self._current_start: dict[int, int] = {}
         self._scheduled: dict[Key, Future[dict[Key, Window]]] = {}
-        self._ahead = {split: position // self._window_rows for split, position in starts.items()}
+        self._lock = threading.Lock()  # the gauges may be read from another thread
+        self._pending: dict[Future[dict[Key, Window]], list[Key]] = {}  # reads not seen done
+        self._landed: dict[Key, int] = {}  # scheduled windows read, not entered: their rows
+        self._landed_rows = 0
+        self._left: dict[int, int] = {}  # split: rows of its current untransformed window to come
+        self._left_rows = 0  # the sum of max(0, left)
+        self._ahead: dict[int, int] = {}
+        self._unscanned = 0  # rows of windows not yet requested
+        for split, position in starts.items():
+            self._move_ahead(split, position // self._window_rows)
         self._schedule()  # the read-ahead starts once the first windows are in
 
     def remaining(self, split: int) -> int:
@@ -143,22 +157,62 @@ class SplitReaders:
         future = self._executor.submit(
             self._windows.read, wanted, executor=self._takes, transformer=self._transformer
         )
-        for key in wanted:
-            self._scheduled[key] = future
-            self._ahead[key[0]] = key[1] + 1
+        with self._lock:
+            self._pending[future] = wanted
+            for key in wanted:
+                self._scheduled[key] = future
+                self._move_ahead(key[0], key[1] + 1)
+
+    def _move_ahead(self, split: int, window: int) -> None:
+        """Make ``window`` the first of ``split`` not requested yet."""
+        before = self._ahead.get(split)
+        if before is not None:
+            self._unscanned -= max(0, self._length - before * self._window_rows)
+        self._unscanned += max(0, self._length - window * self._window_rows)
+        self._ahead[split] = window
+
+    def _consume(self, split: int, rows: int) -> None:
+        """``rows`` more rows of ``split``'s current window were consumed (negative: given back)."""
+        left = self._left.get(split)
+        if left is not None:
+            self._left_rows += max(0, left - rows) - max(0, left)
+            self._left[split] = left - rows
 
     def _enter(self, split: int, window: int) -> None:
         key = (split, window)
         if key not in self._scheduled:
-            self._ahead[split] = window
+            with self._lock:
+                self._move_ahead(split, window)
             self._schedule()
         left = self._current.get(split)
         if isinstance(left, TransformedRows):
             left.close()
-        self._current[split] = self._scheduled.pop(key).result().pop(key)
-        self._current_start[split] = window * self._window_rows
+        self._make_current(split, window, self._take_scheduled(key))
         if self._ahead[split] <= window + 1:
             self._schedule()
+
+    def _take_scheduled(self, key: Key) -> Window:
+        """The window of ``key``, once read; it is no longer scheduled (even if the read failed)."""
+        with self._lock:
+            future = self._scheduled.pop(key)
+            self._landed_rows -= self._landed.pop(key, 0)
+            keys = self._pending.get(future, ())
+            if all(self._scheduled.get(other) is not future for other in keys):
+                self._pending.pop(future, None)  # every window of the read entered: never look again
+        windows = future.result()  # waits for the read, outside the lock
+        with self._lock:
+            return windows.pop(key)
+
+    def _make_current(self, split: int, window: int, rows: Window) -> None:
+        """Make ``rows``, window ``window`` of ``split``, its current one."""
+        with self._lock:
+            self._current[split] = rows
+            self._current_start[split] = window * self._window_rows
+            self._left_rows -= max(0, self._left.pop(split, 0))
+            if not isinstance(rows, TransformedRows):
+                left = len(rows) - (self.positions[split] - window * self._window_rows)
+                self._left[split] = left
+                self._left_rows += max(0, left)
 
     def _next(self, split: int, limit: int) -> tuple[Window, int, int, int]:
         """(window, position, start, stop) of up to ``limit`` next rows of ``split``; no advance."""
@@ -180,12 +234,14 @@ class SplitReaders:
             stop = current.reach(offset, stop)  # transform no further than needed
             self._prime_next(split, position // self._window_rows + 1, len(current) - offset)
         self.positions[split] = position + stop - offset
+        self._consume(split, stop - offset)
         return current, offset, stop
 
     def skip(self, split: int, limit: int) -> tuple[Window, int, int]:
         """Like ``span``, for rows passed over: nothing is transformed or primed for them."""
         current, position, offset, stop = self._next(split, limit)
         self.positions[split] = position + stop - offset
+        self._consume(split, stop - offset)
         return current, offset, stop
 
     def gauges(self) -> dict[str, int]:
@@ -195,30 +251,40 @@ class SplitReaders:
         (``unscanned_rows``). Zeros if the readers change while this runs (read
         from another thread than the consumer's)."""
         try:
-            return self._gauges()
+            with self._lock:
+                return self._gauges()
         except RuntimeError:  # a dict changed size under another thread's iteration
             return {}
 
     def _gauges(self) -> dict[str, int]:
-        raw = ready = 0
-        for split, window in list(self._current.items()):
-            position = self.positions[split] - self._current_start[split]
-            if isinstance(window, TransformedRows):
-                waiting, done = window.waiting(position)
-                raw, ready = raw + waiting, ready + done
-            else:
-                ready += max(0, len(window) - position)
-        for key, future in list(self._scheduled.items()):
-            if future.done() and not future.cancelled() and future.exception() is None:
-                rows = len(future.result()[key])
-                raw, ready = (raw + rows, ready) if self._transformer is not None else (raw, ready + rows)
-        unscanned = sum(max(0, self._length - ahead * self._window_rows) for ahead in self._ahead.values())
+        self._land()
+        raw, ready = 0, self._left_rows
+        if self._transformer is not None:
+            raw, ready = self._landed_rows, ready
+            for split, window in list(self._current.items()):
+                if isinstance(window, TransformedRows):
+                    waiting, done = window.waiting(self.positions[split] - self._current_start[split])
+                    raw, ready = raw + waiting, ready + done
+        else:
+            ready += self._landed_rows
         return {
             "read_ahead": len(self._scheduled),
             "raw_rows": raw,
             "ready_rows": ready,
-            "unscanned_rows": unscanned,
+            "unscanned_rows": self._unscanned,
         }
+
+    def _land(self) -> None:
+        """Count the rows of reads that finished since the last look (under the lock)."""
+        for future in [future for future in self._pending if future.done()]:
+            keys = self._pending.pop(future)
+            if future.cancelled() or future.exception() is not None:
+                continue
+            windows = future.result()
+            for key in keys:
+                if self._scheduled.get(key) is future:
+                    self._landed[key] = len(windows[key])
+                    self._landed_rows += self._landed[key]
 
     def _prime_next(self, split: int, window: int, before: int) -> None:
         """Let window ``window`` of ``split``, once read, start its transforms while
@@ -251,12 +317,18 @@ class SplitReaders:
     def unread(self, split: int, count: int) -> None:
         """Give back the last ``count`` samples taken (they stay in the window)."""
         self.positions[split] -= count
+        self._consume(split, -count)
 
     def close(self) -> None:
         """Drop current windows and cancel reads not yet started."""
         for future in self._scheduled.values():
             future.cancel()
-        self._scheduled.clear()
+        with self._lock:
+            self._scheduled.clear()
+            self._pending.clear()
+            self._landed.clear()
+            self._landed_rows = self._left_rows = 0
+            self._left.clear()
         for window in self._current.values():
             if isinstance(window, TransformedRows):
                 window.close()

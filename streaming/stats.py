@@ -38,8 +38,6 @@ class Counters:
     rows_dropped: int = 0
     _gauges: Gauges | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    _gauge_seconds: float = field(default=0.0, repr=False, compare=False)
-    _gauges_read: tuple[float, dict[str, int]] | None = field(default=None, repr=False, compare=False)
 
     def add(
         self,
@@ -62,28 +60,7 @@ class Counters:
 
     def watch(self, gauges: Gauges | None) -> None:
         """Read the gauges from ``gauges`` (the running iterator's); ``None``: all zero."""
-        self._gauges, self._gauges_read = gauges, None
-
-    def throttle(self, seconds: float) -> None:
-        """Let ``as_dict`` reuse gauges read less than ``seconds`` ago (0: read every time).
-
-        A worker process reports with every batch; reading the gauges walks every
-        window and read of its splits, which would cost about as much as the rest
-        of the report. The totals are always current.
-        """
-        self._gauge_seconds = seconds
-
-    def _current_gauges(self) -> dict[str, int]:
-        if self._gauges is None:
-            return {}
-        now = time.monotonic()
-        read = self._gauges_read
-        if read is not None and now - read[0] < self._gauge_seconds:
-            return read[1]
-        gauges = self._gauges()
-        if self._gauge_seconds > 0:
-            self._gauges_read = (now, gauges)
-        return gauges
+        self._gauges = gauges
 
     def as_dict(self) -> dict[str, float]:
         """The totals and gauges as plain data (sent with worker batches).
@@ -91,7 +68,7 @@ class Counters:
         Call from the thread that consumes the running iterator (the gauges read
         its windows).
         """
-        gauges = self._current_gauges()
+        gauges = {} if self._gauges is None else self._gauges()
         with self._lock:
             totals: dict[str, float] = {name: getattr(self, name) for name in FIELDS if name not in GAUGES}
         return {**totals, **{name: gauges.get(name, 0) for name in GAUGES}}

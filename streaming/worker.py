@@ -69,22 +69,12 @@ class WorkerBatch:
         return WorkerBatch(_compat.pin_memory(self.unwrap(), device), self.report)
 
 
-GAUGE_SECONDS = 0.05
-"""A worker's report carries gauges (windows read ahead, rows ready) read at most this
-long before; its totals are always current."""
-
 _PIPE_BYTES = 8 << 20
 """Batches up to this size travel from workers by value (faster than shared memory)."""
 
 
 def _pipe_sized(batch: dict[str, Any]) -> bool:
     return sum(getattr(value, "nbytes", 0) for value in batch.values()) <= _PIPE_BYTES
-
-
-def _report(dataset: StreamingDataset) -> WorkerReport:
-    """The worker's report; its gauges are at most ``GAUGE_SECONDS`` old."""
-    dataset._counters.throttle(GAUGE_SECONDS)
-    return dataset._worker_report()
 
 
 class ReportingCollate:
@@ -106,7 +96,7 @@ class ReportingCollate:
         worker = get_worker_info()
         # In the trainer's own process (num_workers=0) the dataset's cursor is
         # already the committed one; only worker processes send reports.
-        report = None if worker is None else _report(cast("StreamingDataset", worker.dataset))
+        report = None if worker is None else cast("StreamingDataset", worker.dataset)._worker_report()
         if not self.columnar:
             return WorkerBatch(self.collate(samples), report)
         from .assemble import finish, to_tensors

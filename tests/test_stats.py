@@ -117,25 +117,60 @@ def test_worker_queue_figures_drop_to_zero_when_their_iterator_is_gone(tmp_path)
     assert data.bytes_loaded == loaded > 0
 
 
-def test_throttled_counters_reuse_recent_gauges_and_keep_totals_current():
-    """A worker's counters (throttled) read the gauges at most once per interval; the
-    totals are current in every report, and a new iterator's gauges are read at once."""
-    reads = []
+def _walked_gauges(readers) -> dict[str, int]:
+    """The gauges as a walk of every current window and scheduled read finds them
+    (what ``SplitReaders`` computed on each read before it kept running counts)."""
+    from streaming.transformed import TransformedRows
 
-    def gauges():
-        reads.append(len(reads))
-        return {"read_ahead": len(reads), "raw_rows": 0, "ready_rows": 0, "unscanned_rows": 0}
+    raw = ready = 0
+    for split, window in readers._current.items():
+        position = readers.positions[split] - readers._current_start[split]
+        if isinstance(window, TransformedRows):
+            waiting, done = window.waiting(position)
+            raw, ready = raw + waiting, ready + done
+        else:
+            ready += max(0, len(window) - position)
+    for key, future in readers._scheduled.items():
+        if future.done() and not future.cancelled() and future.exception() is None:
+            rows = len(future.result()[key])
+            raw, ready = (raw + rows, ready) if readers._transformer is not None else (raw, ready + rows)
+    unscanned = sum(
+        max(0, readers._length - ahead * readers._window_rows) for ahead in readers._ahead.values()
+    )
+    return {
+        "read_ahead": len(readers._scheduled),
+        "raw_rows": raw,
+        "ready_rows": ready,
+        "unscanned_rows": unscanned,
+    }
 
-    counters = Counters()
-    counters.watch(gauges)
-    assert [counters.as_dict()["read_ahead"] for _ in range(3)] == [1, 2, 3]  # unthrottled
-    counters.throttle(3600.0)
-    first = counters.as_dict()
-    counters.add(rows=5)
-    second = counters.as_dict()
-    assert first["read_ahead"] == second["read_ahead"] == 4 and len(reads) == 4
-    assert second["rows_read"] == first["rows_read"] + 5
-    counters.watch(gauges)  # a new iterator: its gauges, not the old ones
-    assert counters.as_dict()["read_ahead"] == 5
-    counters.watch(None)
-    assert counters.as_dict()["read_ahead"] == 0
+
+@pytest.mark.parametrize("transform", [None, double])
+def test_running_gauges_equal_a_walk_of_every_window(tmp_path, transform):
+    """At every step of reading (takes, skips, give-backs, new windows), the gauges kept
+    as running counts equal those a walk of every window and read computes; with a
+    transform, whose threads move rows from raw to ready meanwhile, their sum does."""
+    from streaming.reader import open_readers
+
+    uri = make_table(tmp_path / "t.lance", [50, 40, 30], deleted=[1, 2])
+    data = StreamingDataset(uri, num_splits=3, block_rows=4, shuffle_buffer_size=16, transform=transform)
+    windows = data._view.window_source(data._options, Counters())
+    with open_readers(windows, {0: 0, 1: 5, 2: 0}, io_threads=2) as readers:
+        for step in range(400):
+            split = step % 3
+            if readers.remaining(split) == 0:
+                continue
+            if step % 7 == 0:
+                readers.skip(split, 3)
+            else:
+                readers.take(split, 1 + step % 5)
+                if step % 11 == 0:
+                    readers.unread(split, 1)
+            for future in list(readers._scheduled.values()):
+                future.exception()  # waits for every read in flight: nothing lands between the looks
+            gauges, walked = readers.gauges(), _walked_gauges(readers)
+            if transform is not None:
+                gauges["raw_rows"] += gauges.pop("ready_rows")
+                walked["raw_rows"] += walked.pop("ready_rows")
+            assert gauges == walked
+        assert all(readers.remaining(split) == 0 for split in range(3))
