@@ -25,11 +25,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from . import sections
 from .document import load_average, machine_facts
 from .measure import Caps, Run, time_items
+from .mixtures import busy
 from .tables import TableRef, wide_chunk, write_table
 
 BATCH = 256
@@ -39,17 +38,6 @@ TARGET = 2.0
 """Most CPU per row k=2 may take, as a multiple of k=0's."""
 TRANSFORM_SECONDS = 6.0
 """Steady state measured with the transform (it is slow: about 20 us a row)."""
-
-
-def busy(batch: pa.RecordBatch) -> list[dict[str, Any]]:
-    """About 20 microseconds of Python per row (holds the GIL), then the row."""
-    rows = batch.to_pylist()
-    for row in rows:
-        total = 0
-        for value in range(300):
-            total += value * value
-        row["busy"] = total
-    return rows
 
 
 def _loader(table: TableRef, workers: int, transform: Any) -> Iterator[Any]:
