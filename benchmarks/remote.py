@@ -38,6 +38,8 @@ from .tables import wide_chunk, write_table
 
 MAIN = ("raw_scan", "ours_local", "ours_remote")
 """Contenders measured ``--repeats`` times (median); the others once."""
+SLOW_REMOTE = ("ours_local", "peer")
+"""Contenders that take minutes for a pass of a remote table: once, under ``--slow-cap``."""
 
 
 @dataclass
@@ -107,8 +109,9 @@ def _contenders(
         setting = ("local" if delay is None else f"{delay:g} ms", rows)
         where, relay = (local, None) if delay is None else (remote, store)
         for key in FIXED:
-            repeats = args.repeats if key in MAIN else 1
-            cap = args.peer_cap if key == "peer" else args.cap
+            slow = key in SLOW_REMOTE and delay is not None
+            repeats = args.repeats if key in MAIN and not slow else 1
+            cap = args.slow_cap if slow else args.peer_cap if key == "peer" else args.cap
             results.append(measure(key, setting, where, relay, repeats=repeats, cap_s=cap))
     return results
 
@@ -162,7 +165,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 25.0], help="ms per request (0 25)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
     parser.add_argument("--cap", type=float, default=90.0, help="seconds after which a pass stops (90)")
-    parser.add_argument("--peer-cap", type=float, default=60.0, help="the same for the peer (60)")
+    parser.add_argument("--peer-cap", type=float, default=60.0, help="the same for the peer locally (60)")
+    parser.add_argument(
+        "--slow-cap",
+        type=float,
+        default=30.0,
+        help="the same for the local defaults and the peer remotely (30)",
+    )
+    parser.add_argument("--raw", type=Path, default=None, help="also write every measurement here (JSON)")
     parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 2048, 4096, 8192])
     parser.add_argument("--buffers", type=int, nargs="+", default=[32_768, 262_144, 1_048_576])
     parser.add_argument(
@@ -181,6 +191,10 @@ def main(argv: list[str] | None = None) -> None:
         found = run(args, folder, store)
     text = render(found, args)
     sections.publish(text, name="remote", out=args.out)
+    if args.raw is not None:
+        plain = {**found, "results": [asdict(r) for r in found["results"]]}
+        plain["frontier"] = [asdict(r) for r in found["frontier"]]
+        args.raw.write_text(json.dumps(plain, indent=1))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,11 @@ def probe(key: str, where: Where, cap_s: float) -> dict[str, object]:
     base_kib = reset_peak()
     cpu = _cpu_s()
     start = time.perf_counter()
-    rows, first_s, stopped = 0, float("nan"), "end"
+    rows, first_rows, first_s, stopped = 0, 0, float("nan"), "end"
     for batch in factory(key)(where):
         rows += batch_rows(batch)
-        if rows == batch_rows(batch):
-            first_s = time.perf_counter() - start
+        if not first_rows:
+            first_rows, first_s = rows, time.perf_counter() - start
         if time.perf_counter() - start > cap_s:
             stopped = "cap"
             break
@@ -45,6 +45,7 @@ def probe(key: str, where: Where, cap_s: float) -> dict[str, object]:
         "rows": rows,
         "seconds": seconds,
         "first_s": first_s,
+        "first_rows": first_rows,
         "cpu_s": _cpu_s() - cpu,
         "peak_rss_mib": proc_status_kib("VmHWM") / 1024,
         "base_rss_mib": base_kib / 1024,

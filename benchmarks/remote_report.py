@@ -11,6 +11,8 @@ from .remote_contenders import FIXED
 
 SHUFFLED = ("peer", "lance_fragments", "lance_batches")
 """The other shuffled contenders ours must dominate on the frontier."""
+SAME_MIXING = 0.02
+"""Mixing ratios this close count as equal (a uniform permutation itself varies so much)."""
 
 
 def _num(value: float, digits: int = 0) -> str:
@@ -21,8 +23,13 @@ def _figures(result: Any, mixing: dict[str, float] | None) -> dict[str, float]:
     probe, relay = result.probe, result.relay
     rows = probe.get("rows", 0) or math.nan
     requests = relay.get("requests", math.nan)
+    seconds, first_s = probe.get("seconds", 0.0), probe.get("first_s", math.nan)
+    after = (
+        (probe.get("rows", 0) - probe.get("first_rows", 0)) / (seconds - first_s) if seconds > first_s else 0
+    )
     return {
         "rate": result.rate,
+        "after_first": after,
         "first_s": probe.get("first_s", math.nan),
         "requests": requests * 1000 / rows if relay else math.nan,
         "kib": relay.get("response_bytes", math.nan) / 1024 * 1000 / rows if relay else math.nan,
@@ -37,9 +44,10 @@ def _figures(result: Any, mixing: dict[str, float] | None) -> dict[str, float]:
 
 def _contender_table(results: list[Any], mixes: dict[str, dict[str, float]]) -> list[str]:
     lines = [
-        "| table rows | setting | contender | rows/s | vs raw scan | first batch (s) | requests / 1k rows "
+        "| table rows | setting | contender | rows/s | vs raw scan | first batch (s) | rows/s after it "
+        "| requests / 1k rows "
         "| KiB / 1k rows | in flight (mean / max) | peak RSS (MiB) | CPU µs/row | mixing 2M | mixing 40k |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     scans = {(r.rows, r.setting): r.rate for r in results if r.key == "raw_scan"}
     for result in results:
@@ -54,6 +62,7 @@ def _contender_table(results: list[Any], mixes: dict[str, dict[str, float]]) -> 
             _num(f["rate"]),
             f"{versus:.2f}x",
             _num(f["first_s"], 2),
+            _num(f["after_first"]),
             _num(f["requests"], 2),
             _num(f["kib"]),
             f"{_num(f['mean_in_flight'], 1)} / {_num(f['max_in_flight'])}",
@@ -69,16 +78,17 @@ def _contender_table(results: list[Any], mixes: dict[str, dict[str, float]]) -> 
 def _frontier_table(frontier: list[Any], mixes: dict[str, dict[str, float]], scan: Any) -> list[str]:
     scan_requests = _figures(scan, None)["requests"]
     lines = [
-        "| block_rows | shuffle_buffer_size | rows/s | vs raw scan | requests / 1k rows | vs scan's requests "
-        "| mixing 2M | mixing 40k | peak RSS (MiB) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| block_rows | shuffle_buffer_size | rows/s | vs raw scan | rows/s after the first batch "
+        "| requests / 1k rows | vs scan's requests | mixing 2M | mixing 40k | peak RSS (MiB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for result in frontier:
         _, block, buffer = result.key.split(":")
         f = _figures(result, mixes.get(result.key))
         lines.append(
             f"| {int(block):,} | {int(buffer):,} | {_num(f['rate'])} | {f['rate'] / scan.rate:.2f}x "
-            f"| {_num(f['requests'], 2)} | {f['requests'] / scan_requests:.1f}x | {_num(f['mix_large'], 2)} "
+            f"| {_num(f['after_first'])} | {_num(f['requests'], 2)} | {f['requests'] / scan_requests:.1f}x "
+            f"| {_num(f['mix_large'], 2)} "
             f"| {_num(f['mix_small'], 2)} | {_num(f['rss'])} |"
         )
     return lines
@@ -120,7 +130,11 @@ def _targets(found: dict[str, Any], delay: str, sizes: list[int]) -> list[str]:
     ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_remote")]
     for key in SHUFFLED:
         other = _figures(by[(delay, key)], mixes[key])
-        better = [f for f in ours if f["mix_large"] >= other["mix_large"] and f["rate"] > other["rate"]]
+        better = [
+            f
+            for f in ours
+            if f["mix_large"] >= other["mix_large"] - SAME_MIXING and f["rate"] > other["rate"]
+        ]
         best = max(better, key=lambda f: f["rate"], default=None)
         detail = (
             f"ours reaches {best['rate']:,.0f} rows/s at mixing {best['mix_large']:.2f}"
