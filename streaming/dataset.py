@@ -112,14 +112,16 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         version: Lance version to read; defaults to the latest at construction.
         storage_options: Object-store options (credentials); never stored in a state.
         block_rows: Consecutive rows read and shuffled as one block; ``None``: the
-            storage profile's (64 local, 4096 remote).
+            storage profile's (64 local; remote: the most rows, a power of two,
+            within 2 MiB, e.g. 2,048 for 0.5 KiB rows).
         shuffle_buffer_size: Rows (over all splits) permuted together; each split's
             window is ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks.
-            ``None``: the storage profile's (32,768 local, 524,288 remote).
+            ``None``: the storage profile's (32,768 local; 128 blocks remote).
         storage_profile: Where the plan settings above come from when not given:
-            ``"local"`` (small blocks, small buffer), ``"remote"`` (large blocks,
-            which object storage needs to be fast and cheap, and a large buffer to
-            keep the mixing), or ``"auto"`` (default): ``"remote"`` for
+            ``"local"`` (small blocks, small buffer), ``"remote"`` (blocks of about
+            1 to 2 MiB, which object storage needs to be fast and cheap, a buffer
+            of 128 blocks to keep the mixing, at least 16 read threads and one
+            Lance take per fragment), or ``"auto"`` (default): ``"remote"`` for
             object-store URIs (``s3://``, ``gs://``, ``az://``), else ``"local"``.
             A dataset whose block and buffer sizes came from its profile adopts a
             checkpoint's (``load_state_dict``), so a table copied between local

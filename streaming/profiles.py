@@ -18,15 +18,15 @@ __all__ = [
     "PROFILES",
     "REMOTE_SCHEMES",
     "Profile",
-    "sized",
     "choose_profile",
     "profile_for",
+    "sized",
 ]
 
 
 @dataclass(frozen=True)
 class Profile:
-    """The plan settings of one profile (both are recorded in every state)."""
+    """One profile: plan settings (recorded in every state) and I/O settings (never)."""
 
     name: str
     block_rows: int
@@ -35,8 +35,9 @@ class Profile:
     """Read threads at least (``io_queue_depth`` threads read windows, as many take)."""
     take_rows: int = 8_192
     """Offsets per Lance take: a fragment's part of a window is cut into takes of this
-    many, run in parallel (0: one take per fragment, which Lance splits into requests
-    itself; concurrent takes of one file would each fetch its metadata)."""
+    many, run in parallel, so reads of few, big local fragments still use every read
+    thread (0: one take per fragment, which Lance splits into requests itself;
+    concurrent takes of one remote file would each fetch its metadata)."""
 
 
 PROFILES = {

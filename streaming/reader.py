@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from . import source
 from .plan import EpochPlan
+from .profiles import PROFILES
 from .rows import Rows
 from .stats import Counters, timed
 from .transformed import OnError, Seeds, TransformedRows, Transformer
@@ -39,7 +40,7 @@ class WindowSource:
     transform_depth: int = 1
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
-    take_rows: int = source.TAKE_ROWS  # offsets per parallel take (0: one take per fragment)
+    take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -90,9 +91,7 @@ class WindowSource:
                 for (split, window), gather in zip(requests, request.gathers, strict=True)
             ]
         else:
-            holder = [table]
-            del table  # the holder's is the only reference: converted columns are released
-            windows = list(Rows.gather(holder, request.gathers))
+            windows = list(Rows.gather(table, request.gathers))
         return dict(zip(requests, windows, strict=True))
 
 

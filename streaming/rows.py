@@ -58,46 +58,6 @@ def _convert(array: pa.Array) -> Column:
     return result
 
 
-def _numeric_layout(type_: pa.DataType) -> tuple[np.dtype[Any], tuple[int, ...]] | None:
-    """(dtype, row shape) of a numeric or fixed-size-list-of-numeric column (not bool)."""
-    shape: list[int] = []
-    while pa.types.is_fixed_size_list(type_):
-        shape.append(type_.list_size)
-        type_ = type_.value_type
-    if pa.types.is_integer(type_) or pa.types.is_floating(type_):
-        return np.dtype(type_.to_pandas_dtype()), tuple(shape)
-    return None
-
-
-def _dense(chunk: pa.Array) -> bool:
-    """No nulls at any level of a (fixed-size list of) numeric column."""
-    flat, _ = _fixed_shape(chunk)
-    return chunk.null_count == 0 and flat.null_count == 0 and not pa.types.is_fixed_size_list(flat.type)
-
-
-def _joined(chunks: list[pa.Array]) -> Column | None:
-    """The numeric ``chunks`` copied into one array, each released once copied.
-
-    The output lives in Arrow's memory pool (which hands large blocks back) and
-    the input shrinks as it fills, so the conversion needs about one copy of the
-    column instead of two. ``None`` for other columns, or columns with nulls.
-    """
-    layout = _numeric_layout(chunks[0].type)
-    if layout is None or not all(_dense(chunk) for chunk in chunks):
-        return None
-    dtype, shape = layout
-    rows = sum(len(chunk) for chunk in chunks)
-    width = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    buffer = pa.allocate_buffer(max(rows * width * dtype.itemsize, 1))
-    out = np.frombuffer(buffer, dtype=dtype, count=rows * width).reshape(rows, *shape)
-    start = 0
-    while chunks:
-        chunk = chunks.pop(0)
-        out[start : start + len(chunk)] = _convert(chunk)
-        start += len(chunk)
-    return out
-
-
 def _column(chunked: pa.ChunkedArray) -> Column:
     """One converted column: a read has one chunk per fragment, joined by one copy.
 
@@ -153,25 +113,6 @@ class Storage:
         """Convert every column of ``table`` once."""
         return cls(table.column_names, [_column(table.column(i)) for i in range(table.num_columns)])
 
-    @classmethod
-    def take_over(cls, holder: list[pa.Table]) -> Storage:
-        """Convert the table ``holder`` holds, releasing its columns as they are converted.
-
-        ``holder`` must hold the only reference to the table; it is emptied. The
-        memory the conversion needs on top of the table is then about one column
-        chunk (a fragment's rows) instead of a second copy of the table.
-        """
-        table = holder.pop()
-        names, types = table.column_names, table.schema.types
-        pending: list[Any] = [table.column(i).chunks for i in range(table.num_columns)]
-        del table
-        columns = []
-        for index, type_ in enumerate(types):
-            chunks, pending[index] = pending[index], None
-            joined = _joined(chunks) if len(chunks) > 1 else None
-            columns.append(joined if joined is not None else _column(pa.chunked_array(chunks, type_)))
-        return cls(names, columns)
-
 
 class Rows:
     """Rows of one window in yield order.
@@ -189,13 +130,9 @@ class Rows:
         self._build = _row_builder(self.names)
 
     @classmethod
-    def gather(cls, table: pa.Table | list[pa.Table], orders: Sequence[np.ndarray]) -> list[Rows]:
-        """Convert ``table`` once and return its rows in each of ``orders`` (no copy yet).
-
-        A one-element list hands the table over (``Storage.take_over``): it is
-        released column by column as it is converted.
-        """
-        storage = Storage.take_over(table) if isinstance(table, list) else Storage.convert(table)
+    def gather(cls, table: pa.Table, orders: Sequence[np.ndarray]) -> list[Rows]:
+        """Convert ``table`` once and return its rows in each of ``orders`` (no copy yet)."""
+        storage = Storage.convert(table)
         return [cls(storage.names, storage=storage, order=np.asarray(order)) for order in orders]
 
     def __len__(self) -> int:

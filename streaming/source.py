@@ -19,11 +19,11 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import SnapshotGoneError
+from .profiles import PROFILES
 
 __all__ = [
     "FilterIndex",
     "Snapshot",
-    "TAKE_ROWS",
     "build_filter_index",
     "check_fork_safety",
     "column_names",
@@ -348,12 +348,6 @@ def _live_physical(fragment: Any) -> np.ndarray:
     return result
 
 
-TAKE_ROWS = 8192
-"""Offsets per parallel take on local disks: large fragment pieces are cut so that
-reads of few, big fragments still spread over the read threads (a take costs
-~0.1 ms in Lance)."""
-
-
 def read_rows(
     dataset: Any,
     pieces: Sequence[tuple[int, np.ndarray]],
@@ -361,7 +355,7 @@ def read_rows(
     columns: Sequence[str],
     filter_index: FilterIndex | None,
     executor: Executor | None = None,
-    take_rows: int = TAKE_ROWS,
+    take_rows: int = PROFILES["local"].take_rows,
 ) -> pa.Table:
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
