@@ -249,6 +249,29 @@ def test_a_copied_table_resumes_under_the_other_profile(s3, s3_uri, tmp_path, di
         pinned.load_state_dict(state)
 
 
+def test_remote_profile_workers_resume_on_a_local_copy(s3, s3_uri, tmp_path):
+    """Workers (forkserver) read with the remote profile's settings; the state resumes
+    on a copy on local disk, whose dataset adopts the remote plan: the same batches."""
+    copy = _local_copy(s3_uri, s3, tmp_path / "copy.lance")
+
+    def loader(data: StreamingDataset) -> StreamingDataLoader:
+        return StreamingDataLoader(data, batch_size=4, num_workers=2)
+
+    remote = StreamingDataset(s3_uri, storage_options=s3, num_splits=4)
+    reference = [batch["id"].tolist() for batch in loader(remote)]
+    first = StreamingDataset(s3_uri, storage_options=s3, num_splits=4)
+    iterator = iter(loader(first))
+    before = [next(iterator)["id"].tolist() for _ in range(6)]
+    state = json_roundtrip(first.state_dict())
+    record(state)
+    del iterator
+    resumed = StreamingDataset(copy, num_splits=4)
+    with pytest.warns(TableMovedWarning):
+        resumed.load_state_dict(state)
+    after = [batch["id"].tolist() for batch in loader(resumed)]
+    assert before + after == reference
+
+
 def test_no_secret_in_any_state_repr_or_message():
     """Runs last in this module: everything recorded above is free of credentials."""
     assert len(seen_text) > 10, "the runs above recorded nothing"
