@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _compat, transfer
+from . import _compat, byvalue, transfer
 from .progress import SplitProgress
 
 if TYPE_CHECKING:
@@ -44,16 +44,20 @@ class WorkerBatch:
 
     ``numpy`` marks a batch whose numeric columns travel as numpy arrays, in the
     batch or (``parcel``) in a shared-memory slot, their keys then holding ``None``;
-    ``unwrap`` turns them into tensors in the trainer's process.
+    ``packed`` one whose tensors travel by value (``byvalue``). ``unwrap`` turns
+    them into tensors in the trainer's process.
     """
 
     batch: Any
     report: WorkerReport | None
     numpy: bool = False
     parcel: transfer.Parcel | None = None
+    packed: bool = False
 
     def unwrap(self) -> Any:
         """The batch as the trainer receives it."""
+        if self.packed:
+            return byvalue.unpack(self.batch)
         if not self.numpy:
             return self.batch
         from .assemble import to_tensors
@@ -98,7 +102,10 @@ class ReportingCollate:
         # already the committed one; only worker processes send reports.
         report = None if worker is None else cast("StreamingDataset", worker.dataset)._worker_report()
         if not self.columnar:
-            return WorkerBatch(self.collate(samples), report)
+            if worker is None:
+                return WorkerBatch(self.collate(samples), None)
+            batch, packed = byvalue.pack(self.collate(samples))
+            return WorkerBatch(batch, report, packed=packed)
         from .assemble import finish, to_tensors
 
         batch = finish(samples, as_numpy=worker is not None)
