@@ -53,10 +53,6 @@ class ByValue:
     array: np.ndarray
 
 
-class _Unsuitable(Exception):
-    """A tensor of the batch would not come back identical: send the batch as it is."""
-
-
 def _sendable(tensor: torch.Tensor) -> bool:
     return (
         type(tensor) is torch.Tensor
@@ -74,6 +70,8 @@ class _Packer:
     def __init__(self) -> None:
         self.bytes = 0
         self.storages: set[int] = set()
+        self.unsuitable = False
+        """A tensor would not come back identical (or the batch is large): send it as it is."""
 
     def pack(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor):
@@ -86,25 +84,23 @@ class _Packer:
             return tuple(self.pack(item) for item in value)
         return value
 
-    def _tensor(self, tensor: torch.Tensor) -> ByValue:
-        if not _sendable(tensor):
-            raise _Unsuitable
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in self.storages and tensor.numel() > 0:
-            raise _Unsuitable  # two tensors share memory: pickling one by one would split them
-        self.storages.add(storage)
+    def _tensor(self, tensor: torch.Tensor) -> ByValue | torch.Tensor:
+        storage = tensor.untyped_storage().data_ptr() if _sendable(tensor) else None
+        # Two tensors sharing memory would be split apart by pickling them one by one.
+        shared = storage in self.storages and tensor.numel() > 0
         self.bytes += tensor.numel() * tensor.element_size()
-        if self.bytes > MAX_BYTES:
-            raise _Unsuitable
+        if storage is None or shared or self.bytes > MAX_BYTES:
+            self.unsuitable = True
+            return tensor
+        self.storages.add(storage)
         return ByValue(tensor.numpy())
 
 
 def pack(batch: Any) -> tuple[Any, bool]:
     """``(batch with its tensors as ByValue, True)``, or ``(batch, False)`` left as it was."""
-    try:
-        return _Packer().pack(batch), True
-    except _Unsuitable:
-        return batch, False
+    packer = _Packer()
+    packed = packer.pack(batch)
+    return (batch, False) if packer.unsuitable else (packed, True)
 
 
 def unpack(batch: Any) -> Any:
