@@ -27,7 +27,8 @@ import torch
 __all__ = ["ByValue", "pack", "unpack"]
 
 MAX_BYTES = 8 << 20
-"""Batches whose tensors hold more than this keep torch's shared-memory path."""
+"""Batches whose tensors hold more than this keep torch's shared-memory path (for every
+worker batch: the columnar path uses the same limit)."""
 
 _DTYPES = frozenset(
     {

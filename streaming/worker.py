@@ -73,7 +73,7 @@ class WorkerBatch:
         return WorkerBatch(_compat.pin_memory(self.unwrap(), device), self.report)
 
 
-_PIPE_BYTES = 8 << 20
+_PIPE_BYTES = byvalue.MAX_BYTES
 """Batches up to this size travel from workers by value (faster than shared memory)."""
 
 
