@@ -262,34 +262,42 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         """Yield the remaining samples of this rank's (or this worker's) splits.
 
-        A new iterator continues from the committed position and closes an older
-        one that has not finished (its later ``next()`` raises ``RuntimeError``).
+        A new iterator closes an older one that has not finished (its later
+        ``next()`` raises ``RuntimeError``). It takes its position at its first
+        ``next()``: the committed position then, so a ``set_epoch`` or
+        ``load_state_dict`` between ``iter()`` and the first ``next()`` is followed.
         An evaluation dataset starts at position 0 of its epoch every time.
         """
         worker, num_workers = self._worker()
-        if not self._for_loader:  # else the loader has started the iteration already
-            in_worker = get_worker_info() is not None  # a plain DataLoader's, maybe persistent
-            self._start_iteration(None if in_worker else "iter(dataset)")
+        for_loader = self._for_loader  # else the loader has superseded the live iterator already
+        if not for_loader and get_worker_info() is None:  # a plain DataLoader's worker has none
+            self._supersede("iter(dataset)")
         group = self._worker_order[worker] if len(self._worker_order) == num_workers else worker
         splits = self._rank_splits
         if num_workers > 1:
             splits = worker_splits(splits, worker=group, num_workers=num_workers, world_size=self.world_size)
         self._iterating = (worker, (group, num_workers), tuple(splits))
-        if self._options.endless and not self._for_loader:
-            stream = self._endless(splits)
-        else:  # a StreamingDataLoader moves an endless dataset on between its epochs
-            stream = self._stream(splits)
+        stream = self._run(splits, for_loader=for_loader, batch_rows=self._loader_batch_rows)
         iterator = Samples(stream, "iter(dataset)")
         self._live.hold(iterator)
         return iterator
 
-    def _stream(self, splits: list[int]) -> Generator[Any, None, None]:
+    def _run(self, splits: list[int], *, for_loader: bool, batch_rows: int) -> Generator[Any, None, None]:
+        """The samples of ``splits`` from where the dataset stands at the first ``next()``."""
+        if not for_loader:  # a loader begins the iteration itself
+            self._begin_iteration(stacklevel=5)
+        if self._options.endless and not for_loader:
+            yield from self._endless(splits)
+        else:  # a StreamingDataLoader moves an endless dataset on between its epochs
+            yield from self._stream(splits, batch_rows=batch_rows)
+
+    def _stream(self, splits: list[int], *, batch_rows: int = 0) -> Generator[Any, None, None]:
         return self._view.stream(
             self._options,
             splits,
             self._ledger.cursor,
             counters=self._counters,
-            batch_rows=self._loader_batch_rows,
+            batch_rows=batch_rows,
         )
 
     def _endless(self, splits: list[int]) -> Generator[Any, None, None]:
@@ -323,7 +331,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         if epoch == self.epoch:
             return
         left, whole = self._left(), sum(self._remaining(whole=True)[split] for split in self._rank_splits)
-        closed = self._live.close_live(f"set_epoch({epoch})", anything_left=left > 0)
+        closed = self._live.close_live(f"set_epoch({epoch})", anything_left=left > 0, keep_unstarted=True)
         if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
             _LOG.info(
                 "set_epoch(%d) leaves epoch %d of rank %d with %d of %d samples undelivered%s",
@@ -367,22 +375,24 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
 
     # -- hooks for StreamingDataLoader (not public API) -------------------------
 
-    def _start_iteration(self, description: str | None) -> None:
-        """Close the live iterator (superseded by ``description``; ``None`` in a worker
-        process, which has none); restart an evaluation pass or warn an ended epoch."""
-        if description is not None:
-            self._live.close_live(f"a new iterator ({description})", anything_left=self._left() > 0)
+    def _supersede(self, description: str) -> None:
+        """A new iterator (``description``) closes the live one."""
+        self._live.close_live(f"a new iterator ({description})", anything_left=self._left() > 0)
+
+    def _begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
+        """At an iterator's first ``next()``: restart an evaluation pass, move an endless
+        dataset on, or warn that the epoch was fully delivered."""
         if self._options.evaluation:
             self._restart()
         elif self._left() == 0 and self._options.endless:
             self._next_epoch()
-        elif self._left() == 0:
+        elif self._left() == 0 and warn:
             warnings.warn(
                 f"epoch {self.epoch} was already fully delivered, so this iterator yields "
                 f"nothing; call set_epoch({self.epoch + 1}) to move on (a validation loader, "
                 "iterated once per check, wants StreamingDataset(..., evaluation=True))",
                 EpochCompleteWarning,
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
 
     def _hold(self, iterator: Guarded) -> Guarded | None:

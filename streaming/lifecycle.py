@@ -15,6 +15,11 @@ any more. The rules, and why:
   an epoch early (``break``, a step limit) is normal training.
 - ``load_state_dict`` refuses while an iterator is live and still held: it would
   keep delivering from the position the state replaces.
+- An iterator that has not been asked for its first item yet holds no position:
+  it starts where the dataset stands at that first ``next()``. So ``set_epoch``
+  and ``load_state_dict`` leave it live and it follows them, as a DataLoader's
+  iterator follows its sampler's ``set_epoch`` (Lightning makes the iterator of a
+  resumed run before it sets the epoch). Only a new iterator supersedes it.
 - A call that would race a ``next()`` running right now (from another thread, or
   from inside the iterator) raises ``RuntimeError``: closing a running iterator
   cannot be done safely.
@@ -45,6 +50,7 @@ class Guarded(Iterator[Any]):
         self._closed_by: str | None = None  # the call that closed it from outside
         self._failure: str | None = None  # the exception that ended it
         self._ended = False  # exhausted, failed, or closed by any means
+        self._started = False  # asked for its first item
 
     @property
     def busy(self) -> bool:
@@ -56,12 +62,18 @@ class Guarded(Iterator[Any]):
         """True until the iterator is exhausted, fails or is closed."""
         return not self._ended
 
+    @property
+    def started(self) -> bool:
+        """True once its first ``next()`` was called: it has taken a position."""
+        return self._started
+
     def __iter__(self) -> Guarded:
         return self
 
     def __next__(self) -> Any:
         if self._ended:
             self._explain_end()
+        self._started = True
         try:
             return self._advance()
         except StopIteration:
@@ -146,6 +158,11 @@ class LiveSlot:
         """Make ``iterator`` the live one (call ``close_live`` first)."""
         self._ref = weakref.ref(iterator)
 
+    def started(self) -> Guarded | None:
+        """The live iterator if it has taken a position (been asked for an item)."""
+        iterator = self.current()
+        return iterator if iterator is not None and iterator.started else None
+
     def refuse_race(self, action: str) -> None:
         """Raise if ``action`` would race a ``next()`` that is running now."""
         iterator = self.current()
@@ -155,14 +172,20 @@ class LiveSlot:
                 "thread, or from inside the iterator); call it between batches"
             )
 
-    def close_live(self, reason: str, *, anything_left: bool = True) -> Guarded | None:
+    def close_live(
+        self, reason: str, *, anything_left: bool = True, keep_unstarted: bool = False
+    ) -> Guarded | None:
         """Close the live iterator because of ``reason``; return it (``None``: there was none).
 
         Without ``anything_left`` (it had delivered everything) its later ``next()``
-        just stops, as it would have anyway.
+        just stops, as it would have anyway. With ``keep_unstarted`` an iterator not
+        yet asked for an item stays live (it starts from wherever the dataset stands
+        at its first ``next()``) and ``None`` is returned.
         """
         self.refuse_race(reason)
         iterator = self.current()
+        if iterator is not None and keep_unstarted and not iterator.started:
+            return None
         if iterator is not None:
             if anything_left:
                 iterator.close_from_outside(reason)

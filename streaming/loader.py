@@ -13,7 +13,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler, default_collate, default_convert
 
-from . import _compat, stats, transfer
+from . import _compat, frameworks, stats, transfer
 from .dataset import StreamingDataset
 from .lifecycle import Guarded
 from .plan import worker_splits
@@ -23,7 +23,7 @@ from .worker import ReportingCollate, WorkerBatch, WorkerInit
 __all__ = ["StreamingDataLoader"]
 
 _SAFE_METHODS = ("forkserver", "spawn")
-_LEN_COUNTS = ("remaining", "epoch")
+_LEN_COUNTS = ("auto", "remaining", "epoch")
 
 
 _PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader")
@@ -179,11 +179,18 @@ class StreamingDataLoader(DataLoader[Any]):
     refused because Lance is not fork-safe. Workers see the trainer's environment
     as it is when the iterator starts.
 
-    ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` (the
-    default) is the batches the next iteration really yields; ``"epoch"`` is the
-    batches of this rank's whole epoch plus ``replay_allowance()``, what Lightning
-    expects after a restore (it subtracts the batches it already ran, and must not
-    stop before the replayed ones are through). Neither changes what is yielded.
+    ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` is the
+    batches the next iteration really yields; ``"epoch"`` is the batches of this
+    rank's whole epoch plus ``replay_allowance()``, what Lightning, Hugging Face
+    ``transformers`` and ``accelerate`` expect (after a restore they run ``len()``
+    minus the batches they already ran, and must not stop before replayed ones are
+    through); ``"auto"`` (the default) counts the epoch when one of those
+    frameworks asks (the first caller outside this package is in its modules) and
+    the remaining batches when anyone else does. None changes what is yielded.
+
+    ``Accelerator.prepare`` keeps the loader as it is (each rank already reads only
+    its own splits; batches are not moved to a device) and ``save_state`` /
+    ``load_state`` save and restore its ``state_dict()`` (docs/interop.md).
 
     Raises:
         TypeError: ``dataset`` is not a ``StreamingDataset`` or overrides
@@ -226,7 +233,7 @@ class StreamingDataLoader(DataLoader[Any]):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        len_counts: str = "remaining",
+        len_counts: str = "auto",
     ) -> None:
         dataset = _check_dataset(dataset)
         given = {
@@ -280,6 +287,13 @@ class StreamingDataLoader(DataLoader[Any]):
             chosen_here and _PRELOAD_HERE and self.multiprocessing_context.get_start_method() == "forkserver"
         )
         self._len_counts = len_counts
+        self._framework_counts = False  # len() was read as the whole epoch
+
+    def _counts_epoch(self) -> bool:
+        """Whether this ``len()`` counts the whole epoch (see ``len_counts``)."""
+        whole = self._len_counts == "epoch" or (self._len_counts == "auto" and frameworks.counts_epochs())
+        self._framework_counts |= whole
+        return whole
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """Yield batches; each one's progress is committed as it is returned.
@@ -292,8 +306,10 @@ class StreamingDataLoader(DataLoader[Any]):
         if self.num_workers > 0:
             _check_picklable("transform", dataset._options.transform)
             _check_picklable("on_transform_error", dataset._options.on_transform_error)
-        dataset._start_iteration("iter(loader)")
-        return _Committing(self)
+        dataset._supersede("iter(loader)")
+        iterator = _Committing(self)
+        dataset._hold(iterator)
+        return iterator
 
     def _begin(self, iterator: _Committing) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
         """Start the DataLoader iterator of the dataset's current epoch for ``iterator``.
@@ -317,17 +333,18 @@ class StreamingDataLoader(DataLoader[Any]):
     def __len__(self) -> int:
         """Batches the next iteration yields, counting every worker's short last batch.
 
-        With ``len_counts="epoch"``: the batches of this rank's whole epoch instead,
-        however much of it was delivered (as torchdata and Lightning count), plus
-        ``replay_allowance()`` (for an endless dataset: exactly one epoch's batches, so
-        a framework's epochs line up with the dataset's).
+        With ``len_counts="epoch"`` (and ``"auto"`` when an epoch-counting framework
+        asks): the batches of this rank's whole epoch instead, however much of it was
+        delivered (as torchdata and Lightning count), plus ``replay_allowance()`` (for
+        an endless dataset: exactly one epoch's batches, so a framework's epochs line
+        up with the dataset's).
 
         Raises:
-            TypeError: an endless dataset without ``len_counts="epoch"``.
+            TypeError: an endless dataset when ``len()`` counts what remains.
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
         workers = max(1, self.num_workers)
-        whole = self._len_counts == "epoch"
+        whole = self._counts_epoch()
         if dataset.endless and not whole:
             raise TypeError(
                 "the loader of an endless StreamingDataset has no len(): it moves into the next "
@@ -413,12 +430,13 @@ class _Committing(Guarded):
         self._loader = loader
         self._dataset = loader._streaming
         self._busy = False
-        self._begin()
+        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, self._channel, inner = self._loader._begin(self)
-        self.inner: Guarded | None = inner  # num_workers=0: the dataset's own iterator
+        self._batches, self._channel, self.inner = self._loader._begin(self)
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
             self,
@@ -437,6 +455,10 @@ class _Committing(Guarded):
     def _advance(self) -> Any:
         self._busy = True
         try:
+            if self._batches is None:  # the first next(): take the committed position now
+                # a framework that counts epochs asks past a replay allowance: no warning
+                self._dataset._begin_iteration(stacklevel=5, warn=not self._loader._framework_counts)
+                self._begin()
             item, batch = self._draw()
         finally:
             self._busy = False
@@ -451,6 +473,7 @@ class _Committing(Guarded):
             # drawn, so a batch that fails part way must put it back
             before = self._dataset._position() if self.inner is not None else None
             try:
+                assert self._batches is not None
                 item: WorkerBatch = next(self._batches)
                 return item, item.unwrap()  # unwrapped before the commit: a failure here was not delivered
             except StopIteration:
@@ -468,7 +491,8 @@ class _Committing(Guarded):
     def _release(self) -> None:
         if self.inner is not None:
             self.inner.close()
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -58,7 +58,7 @@ class MixtureLoader(StreamingDataLoader):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        len_counts: str = "remaining",
+        len_counts: str = "auto",
     ) -> None:
         given = {"batch_size": batch_size, "num_workers": num_workers, "prefetch_factor": prefetch_factor}
         checked = _numbers({**given, "timeout": timeout})
@@ -108,6 +108,7 @@ class MixtureLoader(StreamingDataLoader):
             chosen_here and _PRELOAD_HERE and self.multiprocessing_context.get_start_method() == "forkserver"
         )
         self._len_counts = len_counts
+        self._framework_counts = False  # len() was read as the whole epoch
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         """Yield this rank's share of every global batch; each is counted as it is returned."""
@@ -115,19 +116,22 @@ class MixtureLoader(StreamingDataLoader):
         if self.num_workers > 0:
             for data in mixture.sources.values():
                 _check_picklable("transform", data._options.transform)
-        mixture._start_iteration("iter(loader)")
-        return _MixtureBatches(self)
+        mixture._supersede("iter(loader)")
+        iterator = _MixtureBatches(self)
+        mixture._live.hold(iterator)
+        return iterator
 
     def __len__(self) -> int:
-        """Batches the next iteration yields; with ``len_counts="epoch"``, the batches of the
-        whole epoch (for ``stop="never"``: the batches until its first source would run
-        out, a fixed length frameworks can count epochs by; the stream itself goes on).
+        """Batches the next iteration yields; with ``len_counts="epoch"`` (or ``"auto"``
+        when an epoch-counting framework asks), the batches of the whole epoch (for
+        ``stop="never"``: the batches until its first source would run out, a fixed
+        length frameworks can count epochs by; the stream itself goes on).
 
         Raises:
-            TypeError: ``stop="never"`` without ``len_counts="epoch"``.
+            TypeError: ``stop="never"`` when ``len()`` counts what remains.
         """
         mixture = self._mixture
-        if self._len_counts == "epoch":
+        if self._counts_epoch():
             return mixture._epoch_steps()
         if mixture.endless:
             raise TypeError(
@@ -160,20 +164,28 @@ class _MixtureBatches(Guarded):
 
     def __init__(self, loader: MixtureLoader) -> None:
         super().__init__("iter(loader)")
-        mixture = loader._mixture
+        self._loader = loader
+        self._mixture = loader._mixture
+        self._workers = loader.num_workers
+        self._busy = False
+        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self.inner: Guarded | None = None  # num_workers=0: the mixture's own iterator
+
+    def _begin(self) -> None:
+        """Start the DataLoader's batches (its workers) at the committed position."""
+        loader, mixture = self._loader, self._mixture
+        mixture._begin_iteration(stacklevel=6, warn=not loader._framework_counts)
         if loader._preload:
             _compat.forkserver_preload(loader.multiprocessing_context, _PRELOAD)
         with mixture._shipping(columnar=loader._columnar):
             batches = DataLoader.__iter__(loader)
         supervise(batches, description="iter(loader)")
         self._batches = batches
-        self._mixture = mixture
-        self._workers = loader.num_workers
-        self._busy = False
         self._finalizer = weakref.finalize(self, _compat.shutdown_workers, batches)
         inner = mixture._live.current()
         mixture._live.hold(self)
-        self.inner = None if inner is self else inner  # num_workers=0: the mixture's own iterator
+        self.inner = None if inner is self else inner
 
     @property
     def busy(self) -> bool:
@@ -183,6 +195,9 @@ class _MixtureBatches(Guarded):
     def _advance(self) -> Any:
         self._busy = True
         try:
+            if self._batches is None:  # the first next(): take the committed position now
+                self._begin()
+            assert self._batches is not None
             batch = next(self._batches)
         finally:
             self._busy = False
@@ -193,7 +208,8 @@ class _MixtureBatches(Guarded):
     def _release(self) -> None:
         if self.inner is not None:
             self.inner.close()
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
 
 
 def _finish(columns: Any) -> dict[str, Any]:

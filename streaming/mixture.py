@@ -230,14 +230,21 @@ class StreamingMixture(IterableDataset[Any]):
             source.check_fork_safety()
             watchdog.watch_trainer(self._trainer_pid)
         worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
-        if not self._for_loader and info is None:
-            self._start_iteration("iter(mixture)")
-        iterator = Samples(self._samples(worker, workers, columnar=self._columnar), "iter(mixture)")
+        begin = not self._for_loader and info is None
+        if begin:
+            self._supersede("iter(mixture)")
+        stream = self._samples(worker, workers, columnar=self._columnar, begin=begin)
+        iterator = Samples(stream, "iter(mixture)")
         self._live.hold(iterator)
         return iterator
 
-    def _samples(self, offset: int, stride: int, *, columnar: bool) -> Generator[Any, None, None]:
-        """This process's samples (or, for a loader's columnar path, whole batches)."""
+    def _samples(
+        self, offset: int, stride: int, *, columnar: bool, begin: bool = False
+    ) -> Generator[Any, None, None]:
+        """This process's samples (or, for a loader's columnar path, whole batches), from
+        the position at the first ``next()`` (``begin``: warn there if the epoch ended)."""
+        if begin:
+            self._begin_iteration(stacklevel=5)
         streams = {
             name: RankStream(data, name=name, exact=stride > 1) for name, data in self._sources.items()
         }
@@ -278,14 +285,18 @@ class StreamingMixture(IterableDataset[Any]):
             return range(size)
         return batch_order(self._seed, epoch=self._epoch, step=step, rank=self.rank, size=size)
 
-    def _start_iteration(self, description: str) -> None:
+    def _supersede(self, description: str) -> None:
+        """A new iterator (``description``) closes the live one."""
         self._live.close_live(f"a new iterator ({description})")
-        if self._schedule.advance(self._position) is None:
+
+    def _begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
+        """At an iterator's first ``next()``: warn when the epoch has ended."""
+        if warn and self._schedule.advance(self._position) is None:
             warnings.warn(
                 f"epoch {self._epoch} of this mixture has ended, so this iterator yields nothing; "
                 f"call set_epoch({self._epoch + 1}) to start another",
                 EpochCompleteWarning,
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
 
     def set_epoch(self, epoch: int) -> None:
@@ -297,7 +308,7 @@ class StreamingMixture(IterableDataset[Any]):
         epoch = as_epoch(epoch)
         if epoch == self._epoch:
             return
-        self._live.close_live(f"set_epoch({epoch})")
+        self._live.close_live(f"set_epoch({epoch})", keep_unstarted=True)
         sources = {
             name: SourcePosition(epoch=where.epoch + (1 if where.taken else 0))
             for name, where in self._position.sources.items()
@@ -393,7 +404,7 @@ class StreamingMixture(IterableDataset[Any]):
                 plan input that differs (named with the source); a malformed state.
             RuntimeError: an iterator of this mixture is unfinished and still held.
         """
-        live = self._live.current()
+        live = self._live.started()  # one not yet asked for an item starts at the loaded position
         if live is not None:
             raise RuntimeError(
                 f"cannot load_state_dict while {live.description} has not finished and is still "

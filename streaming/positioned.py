@@ -269,8 +269,10 @@ class PositionedDataset:
             )
 
     def _refuse_live(self, action: str) -> None:
+        """Refuse while an iterator that has taken a position is held (one not yet
+        asked for an item starts from wherever ``action`` leaves the dataset)."""
         self._live.refuse_race(action)
-        live = self._live.current()
+        live = self._live.started()
         if live is not None:
             raise RuntimeError(
                 f"cannot {action} while {live.description} has not finished and is still held: it "

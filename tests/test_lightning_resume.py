@@ -1,0 +1,151 @@
+"""Lightning resumes around epoch boundaries, the way Lightning users checkpoint. (G5, G8)
+
+Lightning restores a loader's state, makes the loader's iterator, and only then sets
+the epoch (``sampler.set_epoch``). A checkpoint saved on the last batch of an epoch
+(``every_n_train_steps`` dividing the epoch, or a ``limit_train_batches`` epoch) is
+therefore restored into an iterator that has not yielded yet and must follow the
+epoch Lightning moves to. Each test compares the resumed run with a Lightning run
+that was never stopped: the same batches, every row once per epoch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning
+import pytest
+import torch
+from mixtures import GLOBAL_BATCH, make_tables, mixture
+from test_interop import BATCH, Crash, CrashAfter, dataset, plain_trainer
+
+from streaming import StreamingDataLoader
+
+from helpers import ids_of
+
+
+class Recorder(lightning.LightningModule):
+    """Records the ids of every batch it trains on; ``make`` builds its loader."""
+
+    def __init__(self, make) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.seen: list[list[int]] = []
+        self.loader = make()
+
+    def train_dataloader(self) -> StreamingDataLoader:
+        return self.loader
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append([int(i) for i in batch["id"]])
+        return self.layer(batch["id"].float()[:, None]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=1e-6)
+
+
+def crash_and_resume(make, root: Path, *, save_every: int, crash: int, resume: int, **options):
+    """The batches of an uninterrupted fit, and those of a fit that crashed after step
+    ``crash`` and was resumed in a fresh Trainer from its step-``resume`` checkpoint."""
+    reference = Recorder(make)
+    plain_trainer(root / "reference", enable_checkpointing=False, **options).fit(reference)
+    every = lightning.pytorch.callbacks.ModelCheckpoint(
+        dirpath=root, every_n_train_steps=save_every, save_top_k=-1, filename="{step}"
+    )
+    crashed = Recorder(make)
+    with pytest.raises(Crash):
+        plain_trainer(root, callbacks=[every, CrashAfter(crash)], **options).fit(crashed)
+    resumed = Recorder(make)
+    checkpoint = root / f"step={resume}.ckpt"
+    assert checkpoint.is_file(), sorted(path.name for path in root.iterdir())
+    plain_trainer(root, enable_checkpointing=False, **options).fit(resumed, ckpt_path=checkpoint)
+    return reference.seen, crashed.seen[:resume] + resumed.seen
+
+
+EPOCH_BATCHES = {0: 15, 2: 16}  # with two workers each has a short last batch
+
+
+def table_loader(uri: str, workers: int, **options):
+    def make() -> StreamingDataLoader:
+        timeout = 120 if workers else 0
+        return StreamingDataLoader(
+            dataset(uri), batch_size=BATCH, num_workers=workers, timeout=timeout, **options
+        )
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    from helpers import make_table
+
+    # 121 live rows: L = 30, 15 batches of 8 an epoch (the interop tests' table)
+    return make_table(tmp_path_factory.mktemp("lightning-resume") / "t.lance", [40, 33, 50], deleted=[5, 77])
+
+
+def every_row_once_per_epoch(uri: str, trained: list[list[int]], epochs: int) -> None:
+    planned = sorted(i for epoch in range(epochs) for i in ids_of(dataset(uri, epoch=epoch)))
+    assert sorted(i for batch in trained for i in batch) == planned, "rows trained twice or never"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_from_the_last_batch_of_an_epoch_trains_the_next_epoch(uri, workers, tmp_path):
+    """Saved on the last batch of epoch 0 (step 15; 16 with two workers, whose last
+    batches are short): the resumed fit trains all of epoch 1."""
+    make = table_loader(uri, workers, len_counts="epoch")
+    last = EPOCH_BATCHES[workers]
+    reference, resumed = crash_and_resume(
+        make, tmp_path, save_every=last, crash=last + 2, resume=last, max_epochs=2
+    )
+    assert len(reference) == 2 * last
+    assert resumed == reference
+    every_row_once_per_epoch(uri, resumed, epochs=2)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_from_the_last_batch_of_a_limited_epoch(uri, workers, tmp_path):
+    """limit_train_batches=5, saved at step 5 (the limited epoch's last batch): the resumed
+    fit trains epoch 1's first five batches, as the uninterrupted fit does."""
+    make = table_loader(uri, workers, len_counts="epoch")
+    reference, resumed = crash_and_resume(
+        make, tmp_path, save_every=5, crash=7, resume=5, max_epochs=2, limit_train_batches=5
+    )
+    assert len(reference) == 10
+    assert resumed == reference
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_default_len_counts_resumes_mid_epoch_without_losing_rows(uri, workers, tmp_path):
+    """No len_counts given: a fit resumed at step 4 still trains every row of every epoch."""
+    make = table_loader(uri, workers)
+    reference, resumed = crash_and_resume(make, tmp_path, save_every=4, crash=6, resume=4, max_epochs=3)
+    assert len(reference) == 3 * EPOCH_BATCHES[workers]
+    assert resumed == reference
+    every_row_once_per_epoch(uri, resumed, epochs=3)
+
+
+def test_default_len_counts_resume_from_an_epoch_end(uri, tmp_path):
+    """No len_counts given, saved on the last batch of epoch 0."""
+    make = table_loader(uri, 0)
+    reference, resumed = crash_and_resume(make, tmp_path, save_every=5, crash=17, resume=15, max_epochs=2)
+    assert resumed == reference and len(resumed) == 30
+
+
+@pytest.fixture(scope="module")
+def uris(tmp_path_factory) -> dict[str, str]:
+    return make_tables(tmp_path_factory.mktemp("mixture-resume"))
+
+
+def test_mixture_resume_from_the_last_batch_of_a_limited_epoch(uris, tmp_path):
+    """A 70/30 mixture stopping at its first exhausted source, k = 2, four batches an
+    epoch: saved at step 8 (the second epoch's last), crash after 10, resume."""
+
+    def make() -> StreamingDataLoader:
+        data = mixture(uris, stop="first_exhausted")
+        return StreamingDataLoader(data, batch_size=GLOBAL_BATCH, num_workers=2, timeout=120)
+
+    reference, resumed = crash_and_resume(
+        make, tmp_path, save_every=4, crash=10, resume=8, max_epochs=3, limit_train_batches=4
+    )
+    assert len(reference) == 12
+    assert resumed == reference
+    assert all(len(batch) == GLOBAL_BATCH for batch in resumed)
