@@ -201,6 +201,10 @@ class StreamingDataLoader(DataLoader[Any]):
             worker count that does not divide the rank's splits.
     """
 
+    # Accelerator.prepare keeps this loader; save_state/load_state use its state_dict()
+    _is_accelerate_prepared = frameworks.ACCELERATE_FLAGS["_is_accelerate_prepared"]
+    use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
+
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
         """A ``StreamingMixture`` gets the mixture's loader (same arguments)."""
         del args, kwargs

@@ -1,0 +1,90 @@
+"""Hugging Face Accelerate: ``prepare`` keeps the loader; ``save_state``/``load_state`` resume exactly.
+
+Accelerate rebuilds every DataLoader it prepares around the dataset it finds, which
+would iterate a ``StreamingDataset`` as a plain DataLoader. The loader says it needs
+no rebuilding, so ``prepare`` returns it as it is and ``save_state`` saves its
+``state_dict()``. Real Accelerate on CPU, real worker processes (the loader's default
+start method), with ``dispatch_batches`` both ways.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator, DataLoaderConfiguration
+from accelerate.utils import set_seed
+
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.frameworks import ACCELERATE_FLAGS
+
+from helpers import make_table
+
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """121 live rows over three fragments: L = 30 for 4 splits, 15 batches of 8."""
+    return make_table(tmp_path_factory.mktemp("accelerate") / "t.lance", [40, 33, 50], deleted=[5, 77])
+
+
+def make_loader(uri: str, workers: int) -> StreamingDataLoader:
+    data = StreamingDataset(uri, num_splits=4, shuffle_seed=5, block_rows=4, shuffle_buffer_size=32)
+    return StreamingDataLoader(data, batch_size=BATCH, num_workers=workers, timeout=120 if workers else 0)
+
+
+def prepared(uri: str, workers: int, dispatch: bool):
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
+    set_seed(0)
+    model = torch.nn.Linear(1, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loader = make_loader(uri, workers)
+    model, optimizer, prepared_loader = accelerator.prepare(model, optimizer, loader)
+    return accelerator, model, optimizer, loader, prepared_loader
+
+
+def train(accelerator, model, optimizer, batches, seen: list[list[int]], steps: int | None = None) -> None:
+    for step, batch in enumerate(batches):
+        seen.append(batch["id"].tolist())
+        loss = model(batch["id"].float()[:, None]).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        if steps is not None and step + 1 == steps:
+            return
+
+
+def test_the_flags_accelerate_reads_are_the_ones_it_reads():
+    """If Accelerate renames its flags, this fails before a user's run rebuilds the loader."""
+    import inspect
+
+    from accelerate import accelerator, checkpointing
+
+    assert "_is_accelerate_prepared" in inspect.getsource(accelerator.Accelerator.prepare_data_loader)
+    assert "use_stateful_dataloader" in inspect.getsource(checkpointing.save_accelerator_state)
+    assert "use_stateful_dataloader" in inspect.getsource(checkpointing.load_accelerator_state)
+    assert set(ACCELERATE_FLAGS) == {"_is_accelerate_prepared", "use_stateful_dataloader"}
+
+
+@pytest.mark.parametrize("dispatch", [False, True], ids=["own-batches", "dispatch-batches"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_prepare_save_state_load_state_resume_exactly(uri, workers, dispatch, tmp_path):
+    """Train 6 steps (a worker boundary), save_state, train on (a crash), then a fresh
+    Accelerator loads the state: the batches after it are exactly the rest."""
+    reference: list[list[int]] = []
+    for batch in make_loader(uri, workers):
+        reference.append(batch["id"].tolist())
+
+    accelerator, model, optimizer, loader, batches = prepared(uri, workers, dispatch)
+    assert batches is loader, "prepare rebuilt the loader"
+    before: list[list[int]] = []
+    train(accelerator, model, optimizer, batches, before, steps=6)
+    accelerator.save_state(str(tmp_path / "ckpt"))
+    train(accelerator, model, optimizer, batches, [], steps=3)  # lost in the crash
+
+    accelerator, model, optimizer, loader, batches = prepared(uri, workers, dispatch)
+    accelerator.load_state(str(tmp_path / "ckpt"))
+    after: list[list[int]] = []
+    train(accelerator, model, optimizer, batches, after)
+    assert before == reference[:6]
+    assert after == reference[6:], "the resumed run is not exactly the rest of the epoch"
