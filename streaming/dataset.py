@@ -29,12 +29,34 @@ from .positioned import PositionedDataset
 from .profiles import profile_for
 from .stats import Counters
 from .topology import draw_seed, require_group, topology
-from .view import open_view
+from .view import TableView, open_view, unplanned_view
 from .worker import WorkerReport
 
 __all__ = ["StreamingDataset"]
 
 _LOG = logging.getLogger("streaming")
+
+
+def _first_view(
+    snapshot: source.Snapshot, handle: Any, options: Options, *, shared_plan: bool
+) -> tuple[Options, TableView]:
+    """The options sized for ``snapshot`` and its view for the first epoch.
+
+    When the snapshot cannot be planned (no rows, a column or filter column it does
+    not have), the view holds that error for its first use instead: building a
+    dataset to resume a checkpoint never fails because of the latest version.
+    """
+    try:
+        options = options.sized_for(source.row_bytes(handle, options.columns))
+        if shared_plan and options.filter:  # one scan for the job, one plan checked on every rank
+            index = jobplan.shared_filter_index(snapshot, handle, options.filter)
+            view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
+            jobplan.check_same_plan(view, options)
+        else:
+            view = open_view(snapshot, handle, options, epoch=options.epoch)
+    except ValueError as error:
+        return options, unplanned_view(snapshot, options, error)
+    return options, view
 
 
 class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
@@ -222,13 +244,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         snapshot, handle = source.open_table(
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )
-        options = options.sized_for(source.row_bytes(handle, options.columns))
-        if shared_plan and options.filter:  # one scan for the job, one plan checked on every rank
-            index = jobplan.shared_filter_index(snapshot, handle, options.filter)
-            view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
-            jobplan.check_same_plan(view, options)
-        else:
-            view = open_view(snapshot, handle, options, epoch=options.epoch)
+        options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
         super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators
@@ -241,10 +257,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
 
     def __repr__(self) -> str:
         snapshot = self._view.snapshot
+        length = self.split_length if self._view.planned else "unplanned"
         return (
             f"StreamingDataset(uri={snapshot.uri!r}, version={snapshot.version}, "
             f"num_splits={self.num_splits}, rank={self.rank}, world_size={self.world_size}, "
-            f"epoch={self.epoch}, split_length={self.split_length})"
+            f"epoch={self.epoch}, split_length={length})"
         )
 
     # -- iteration ------------------------------------------------------------
@@ -376,8 +393,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
     # -- hooks for StreamingDataLoader (not public API) -------------------------
 
     def _supersede(self, description: str) -> None:
-        """A new iterator (``description``) closes the live one."""
+        """A new iterator (``description``) closes the live one; an endless dataset whose
+        epoch was fully delivered moves on at once (its ``epoch`` says where ``iter()`` is)."""
         self._live.close_live(f"a new iterator ({description})", anything_left=self._left() > 0)
+        if self._options.endless and not self._options.evaluation and self._left() == 0:
+            self._next_epoch()
 
     def _begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
         """At an iterator's first ``next()``: restart an evaluation pass, move an endless

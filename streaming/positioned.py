@@ -51,7 +51,7 @@ class PositionedDataset:
         packed = self._view.packing is not None
         self._ledger.restart(
             progress or fresh(self.num_splits, packing=packed),
-            total=self._view.split_total(self.num_splits),
+            total=self._view.split_total(self.num_splits) if self._view.planned else 0,
             by_samples=packed,
         )
 
@@ -140,7 +140,13 @@ class PositionedDataset:
         return sum(remaining[split] for split in self._rank_splits)
 
     def _remaining(self, *, whole: bool = False) -> list[int]:
-        """Samples (or blocks) each split has left in this epoch (``whole``: all of it)."""
+        """Samples (or blocks) each split has left in this epoch (``whole``: all of it).
+
+        Raises:
+            ValueError: the snapshot could not be planned (the reason, and that a
+                checkpoint's ``load_state_dict`` pins its own version).
+        """
+        self._view.require_plan()
         if whole or self._options.evaluation:
             return [self._view.split_total(self.num_splits)] * self.num_splits
         return self._ledger.remaining()

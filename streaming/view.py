@@ -42,6 +42,26 @@ def plan_settings(options: Options, epoch: int) -> PlanSettings:
     )
 
 
+class UnplannedPlan(EpochPlan):
+    """Stands in for the plan of a snapshot that cannot be planned: the settings are
+    known, and any other use raises the error that planning it raised.
+
+    A dataset built on the latest version of a table that was since emptied,
+    overwritten or left with no row matching its filter still loads a checkpoint
+    whose version plans; only using the unplanned snapshot itself fails.
+    """
+
+    def __init__(self, settings: PlanSettings, error: ValueError, *, version: int) -> None:  # noqa: D107
+        self.settings = settings
+        self.reason = (
+            f"{error} (version {version} of the table, which this dataset was built on; "
+            "load_state_dict() of a checkpoint pins the version it was taken on)"
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        raise ValueError(self.reason)
+
+
 @dataclass(frozen=True)
 class TableView:
     """One snapshot as a dataset reads it in one epoch."""
@@ -58,6 +78,16 @@ class TableView:
     def epoch(self) -> int:
         """The epoch the plan is for."""
         return self.plan.settings.epoch
+
+    @property
+    def planned(self) -> bool:
+        """False for a snapshot that could not be planned (see ``UnplannedPlan``)."""
+        return not isinstance(self.plan, UnplannedPlan)
+
+    def require_plan(self) -> None:
+        """Raise the planning error of an unplanned snapshot."""
+        if isinstance(self.plan, UnplannedPlan):
+            raise ValueError(self.plan.reason)
 
     def for_epoch(self, options: Options, epoch: int) -> TableView:
         """The same snapshot planned for another epoch."""
@@ -146,3 +176,9 @@ def open_view(
     plan = EpochPlan(ids, rows, plan_settings(options, epoch))
     packing = packing_for(options, handle, columns, plan.split_length * options.num_splits)
     return TableView(snapshot, columns, filter_index, tuple(ids), tuple(rows), plan, packing)
+
+
+def unplanned_view(snapshot: source.Snapshot, options: Options, error: ValueError) -> TableView:
+    """A view of ``snapshot`` that holds ``error`` (its planning failed) for its first use."""
+    plan = UnplannedPlan(plan_settings(options, options.epoch), error, version=snapshot.version)
+    return TableView(snapshot, tuple(options.columns or ()), None, (), (), plan, None)

@@ -155,7 +155,9 @@ def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
 
 
 def test_len_counts_is_checked(uri):
-    with pytest.raises(ValueError, match=r"len_counts must be one of 'remaining', 'epoch', got 'all'"):
+    with pytest.raises(
+        ValueError, match=r"len_counts must be one of 'auto', 'remaining', 'epoch', got 'all'"
+    ):
         loader(dataset(uri), 0, len_counts="all")
 
 
