@@ -51,7 +51,7 @@ class UnplannedPlan(EpochPlan):
     whose version plans; only using the unplanned snapshot itself fails.
     """
 
-    def __init__(self, settings: PlanSettings, error: ValueError, *, version: int) -> None:  # noqa: D107
+    def __init__(self, settings: PlanSettings, error: ValueError, *, version: int) -> None:
         self.settings = settings
         self.reason = (
             f"{error} (version {version} of the table, which this dataset was built on; "
