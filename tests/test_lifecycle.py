@@ -288,3 +288,33 @@ def test_numpy_batch_sizes_work_on_every_path(uri):
         StreamingDataLoader(data, batch_size=np.int64(8), num_workers=np.int64(0), timeout=np.float32(0))
     )
     assert {len(batch["id"]) for batch in batches[:-1]} == {8}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iterator_not_yet_started_follows_set_epoch_and_load_state_dict(uri, workers):
+    """G8: iter() then set_epoch(1) (Lightning's order after a restore) yields epoch 1;
+    iter() then load_state_dict yields the rest of the loaded state; a started iterator
+    is still closed by set_epoch."""
+    data = dataset(uri)
+    batches = loader(data, workers)
+    iterator = iter(batches)
+    data.set_epoch(1)
+    assert [ids(batch) for batch in iterator] == whole_epoch(uri, workers, epoch=1)
+
+    first = dataset(uri)
+    run = iter(loader(first, workers))
+    before = [ids(next(run)) for _ in range(4)]
+    state = json_roundtrip(loader(first, workers).state_dict())
+    run.close()
+    resumed = dataset(uri)
+    fresh = loader(resumed, workers)
+    iterator = iter(fresh)
+    fresh.load_state_dict(state)  # the iterator has not started: not refused
+    assert before + [ids(batch) for batch in iterator] == whole_epoch(uri, workers)
+
+    fresh.set_epoch(1)
+    started = iter(fresh)
+    next(started)
+    fresh.set_epoch(2)
+    with pytest.raises(RuntimeError, match=r"closed by set_epoch\(2\)"):
+        next(started)
