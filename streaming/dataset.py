@@ -46,16 +46,16 @@ def _first_view(
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
     """
+    options = options.sized_for(source.row_bytes(handle, options.columns))
+    index = None
+    if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
+        index = jobplan.shared_filter_index(snapshot, handle, options.filter)
     try:
-        options = options.sized_for(source.row_bytes(handle, options.columns))
-        if shared_plan and options.filter:  # one scan for the job, one plan checked on every rank
-            index = jobplan.shared_filter_index(snapshot, handle, options.filter)
-            view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
-            jobplan.check_same_plan(view, options)
-        else:
-            view = open_view(snapshot, handle, options, epoch=options.epoch)
-    except ValueError as error:
+        view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
+    except ValueError as error:  # every rank of a shared plan reads the same version: all fail alike
         return options, unplanned_view(snapshot, options, error)
+    if index is not None:
+        jobplan.check_same_plan(view, options)  # one plan checked on every rank
     return options, view
 
 
