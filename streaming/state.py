@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TableMovedWarning
+from .fixes import type_fix
 from .plan import PLAN_FORMAT
 from .progress import Anchor, SplitProgress
 
@@ -57,8 +58,23 @@ def _positive(value: object) -> bool:
     return is_int(value) and value > 0  # type: ignore[operator]
 
 
-def _int_list(value: object) -> bool:
-    return isinstance(value, list) and all(non_negative(item) for item in value)
+class ListOf:
+    """A check for a list whose items each pass ``item`` (described as ``expected``)."""
+
+    def __init__(self, item: Check, expected: str) -> None:
+        self.item, self.expected = item, expected
+
+    def __call__(self, value: object) -> bool:
+        return isinstance(value, list) and all(self.item(entry) for entry in value)
+
+    def culprit(self, value: object) -> int | None:
+        """The index of the first refused item (``None``: ``value`` is no list)."""
+        if not isinstance(value, list):
+            return None
+        return next((index for index, entry in enumerate(value) if not self.item(entry)), None)
+
+
+_int_list = ListOf(non_negative, "a non-negative integer")
 
 
 def _optional_str(value: object) -> bool:
@@ -198,8 +214,16 @@ class StreamState:
 
 
 def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
+    """Check that ``data`` is a dict with every field of ``fields`` present and valid.
+
+    Raises:
+        ValueError: naming the field (the list entry for a list), its value and the fix.
+    """
     if not isinstance(data, dict):
-        raise ValueError(f"state {prefix or 'object'} must be a dict, got {type(data).__name__}")
+        raise ValueError(
+            f"state {prefix or 'object'} must be a dict, got {type(data).__name__}; pass the dict "
+            "returned by state_dict() or merge_state_dicts(), unmodified"
+        )
     for name, check, expected in fields:
         where = f"{prefix}.{name}" if prefix else name
         if name not in data:
@@ -208,10 +232,22 @@ def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefi
                 "or merge_state_dicts(), unmodified"
             )
         if not check(data[name]):
-            raise ValueError(
-                f"state field {where!r} must be {expected}, got {data[name]!r}; "
-                "the checkpoint is damaged or was edited"
-            )
+            raise ValueError(_refusal(where, data[name], check, expected))
+
+
+def _refusal(where: str, value: object, check: Check, expected: str) -> str:
+    """The message for a refused field: its path (and entry), value and fix."""
+    index = check.culprit(value) if isinstance(check, ListOf) else None
+    if index is not None:
+        assert isinstance(check, ListOf) and isinstance(value, list)  # for the type checker
+        where, value, check, expected = f"{where}[{index}]", value[index], check.item, check.expected
+    retyped = type_fix(where, value, check)
+    fix = (
+        f"write {retyped}"
+        if retyped is not None
+        else "restore the value state_dict() wrote, or resume from an unedited checkpoint"
+    )
+    return f"state field {where!r} must be {expected}, got {value!r}; {fix} (the checkpoint is damaged or was edited)"
 
 
 def parse_state(state: object) -> StreamState:
@@ -382,7 +418,9 @@ def check_compatible(saved: StreamState, current: StreamState, *, split_length: 
                 raise ValueError(
                     f"state has {name}[{split}]={value} but splits of this snapshot hold "
                     f"{limit} {unit}; the checkpoint belongs to another table or was "
-                    "edited"
+                    f"edited: load it into a dataset of the table it names ({saved.uri!r}, "
+                    f"version {saved.version}) with its filter, or restore the value "
+                    f"state_dict() wrote (at most {limit})"
                 )
     if saved.uri != current.uri:
         warnings.warn(

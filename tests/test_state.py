@@ -74,15 +74,30 @@ MALFORMED = [
     (("format_version",), 99, "format_version=99 but this release reads format_version 1 or 2"),
     (("epoch",), KeyError, "missing 'epoch'"),
     (("plan", "block_rows"), KeyError, "missing 'plan.block_rows'"),
-    (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'"),
-    (("shuffle",), 1, "'shuffle' must be a bool"),
+    (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'; write epoch=1 \\(an integer, not the str '1'\\)"),
+    (("shuffle",), 1, "'shuffle' must be a bool, got 1; restore the value state_dict\\(\\) wrote"),
     (("samples_consumed_per_split",), [1], "has 1 entries but num_splits=2"),
-    (("samples_consumed_per_split",), [-1, 0], "list of non-negative integers"),
-    (("positions_consumed_per_split",), [5, 999], r"positions_consumed_per_split\[1\]=999 but splits"),
+    (
+        ("samples_consumed_per_split",),
+        [-1, 0],
+        r"'samples_consumed_per_split\[0\]' must be a non-negative integer, got -1; restore the value",
+    ),
+    (
+        ("positions_consumed_per_split",),
+        [5, "6"],
+        r"'positions_consumed_per_split\[1\]' must be .*, got '6'; write positions_consumed_per_split\[1\]=6 ",
+    ),
+    (("shuffle_seed",), 3.0, r"'shuffle_seed' must be .*, got 3.0; write shuffle_seed=3 \(an integer, not the float"),
+    (
+        ("positions_consumed_per_split",),
+        [5, 999],
+        r"positions_consumed_per_split\[1\]=999 but splits .* hold \d+ rows; .*load it into a dataset "
+        r"of the table it names .* or restore the value state_dict\(\) wrote \(at most \d+\)",
+    ),
     (("positions_consumed_per_split",), [0, 0], "below samples_consumed_per_split"),
     (("owned_splits",), [0, 7], "distinct splits in \\[0, 2\\)"),
     (("table",), "somewhere", "'table' must be a dict"),
-    (("table", "version"), 1.5, "'table.version' must be a positive integer"),
+    (("table", "version"), 1.5, "'table.version' must be a positive integer, got 1.5; restore the value"),
 ]
 
 
