@@ -70,7 +70,12 @@ _BOOL = "True or False"
 
 # (name, check, what it must be, what to pass instead: formatted with the settings)
 _CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
-    ("num_splits", _positive, _POSITIVE, "a multiple of world_size such as num_splits={world_size}, or None (one per rank)"),
+    (
+        "num_splits",
+        _positive,
+        _POSITIVE,
+        "a multiple of world_size such as num_splits={world_size}, or None (one per rank)",
+    ),
     ("world_size", _positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
     ("rank", _non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),
     ("epoch", _non_negative, "a non-negative integer", "epoch=0 or more"),
@@ -87,8 +92,18 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
     ("read_batch_size", _positive, _POSITIVE, "read_batch_size=1 or more"),
     ("io_queue_depth", _positive, _POSITIVE, "io_queue_depth=1 or more"),
     ("prefetch_batches", _optional_positive, _OPTIONAL_POSITIVE, "prefetch_batches=1 or more, or None"),
-    ("transform_parallelism", _optional_positive, _OPTIONAL_POSITIVE, "transform_parallelism=1 or more, or None"),
-    ("transform_queue_depth", _optional_positive, _OPTIONAL_POSITIVE, "transform_queue_depth=1 or more, or None"),
+    (
+        "transform_parallelism",
+        _optional_positive,
+        _OPTIONAL_POSITIVE,
+        "transform_parallelism=1 or more, or None",
+    ),
+    (
+        "transform_queue_depth",
+        _optional_positive,
+        _OPTIONAL_POSITIVE,
+        "transform_queue_depth=1 or more, or None",
+    ),
     (
         "version",
         _optional_positive,
@@ -101,14 +116,24 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
         "an SQL predicate string or None",
         "an SQL predicate such as filter='label > 0', or None",
     ),
-    ("transform", lambda v: v is None or callable(v), "a callable or None", "a function of a RecordBatch, or None"),
+    (
+        "transform",
+        lambda v: v is None or callable(v),
+        "a callable or None",
+        "a function of a RecordBatch, or None",
+    ),
     (
         "pack_sequences",
         _optional_positive,
         "a positive integer (tokens per block) or None",
         "the tokens per block such as pack_sequences=2048, or None",
     ),
-    ("eos_id", _token, "a token id (an integer that int64 holds) or None", "the tokenizer's end-of-document id"),
+    (
+        "eos_id",
+        _token,
+        "a token id (an integer that int64 holds) or None",
+        "the tokenizer's end-of-document id",
+    ),
     (
         "pad_id",
         _token,
@@ -148,7 +173,9 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
 )
 
 
-def _refusal(name: str, check: Callable[[object], bool], expected: str, fix: str, values: dict[str, Any]) -> str:
+def _refusal(
+    name: str, check: Callable[[object], bool], expected: str, fix: str, values: dict[str, Any]
+) -> str:
     """The message for a refused setting: the field, the value and the fix."""
     value = values[name]
     instead = type_fix(name, value, check) or fix.format(**values)

@@ -29,6 +29,7 @@ __all__ = [
     "is_int",
     "non_negative",
     "parse_state",
+    "plan_differences",
     "plan_mismatches",
 ]
 
@@ -237,17 +238,21 @@ def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefi
 
 def _refusal(where: str, value: object, check: Check, expected: str) -> str:
     """The message for a refused field: its path (and entry), value and fix."""
-    index = check.culprit(value) if isinstance(check, ListOf) else None
-    if index is not None:
-        assert isinstance(check, ListOf) and isinstance(value, list)  # for the type checker
-        where, value, check, expected = f"{where}[{index}]", value[index], check.item, check.expected
+    if isinstance(check, ListOf) and isinstance(value, list):
+        index = check.culprit(value)
+        if index is not None:
+            where, value, expected = f"{where}[{index}]", value[index], check.expected
+            check = check.item
     retyped = type_fix(where, value, check)
     fix = (
         f"write {retyped}"
         if retyped is not None
         else "restore the value state_dict() wrote, or resume from an unedited checkpoint"
     )
-    return f"state field {where!r} must be {expected}, got {value!r}; {fix} (the checkpoint is damaged or was edited)"
+    return (
+        f"state field {where!r} must be {expected}, got {value!r}; {fix} "
+        "(the checkpoint is damaged or was edited)"
+    )
 
 
 def parse_state(state: object) -> StreamState:
@@ -382,18 +387,25 @@ def _field(state: StreamState, path: str) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def plan_mismatches(saved: StreamState, current: StreamState) -> list[str]:
-    """Messages for every order-defining input that differs, in a fixed order."""
-    problems = []
-    for path, fix in _MUST_MATCH:
+def plan_differences(saved: StreamState, current: StreamState) -> list[tuple[str, object, object]]:
+    """(field, saved value, current value) of every order-defining input that differs."""
+    found = []
+    for path, _ in _MUST_MATCH:
         old, new = _field(saved, path), _field(current, path)
         if old != new:
-            problems.append(
-                f"checkpoint has {path}={old!r} but this dataset has {path}={new!r}; "
-                + fix.format(saved=old)
-                + " to resume it"
-            )
-    return problems
+            found.append((path, old, new))
+    return found
+
+
+def plan_mismatches(saved: StreamState, current: StreamState) -> list[str]:
+    """Messages for every order-defining input that differs, in a fixed order."""
+    fixes = dict(_MUST_MATCH)
+    return [
+        f"checkpoint has {path}={old!r} but this dataset has {path}={new!r}; "
+        + fixes[path].format(saved=old)
+        + " to resume it"
+        for path, old, new in plan_differences(saved, current)
+    ]
 
 
 def check_compatible(saved: StreamState, current: StreamState, *, split_length: int) -> None:

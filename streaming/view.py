@@ -114,9 +114,10 @@ def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
     if unknown:
         named = ", ".join(f"`{name}`" for name in unknown)
         what = f"column {named} because it does" if len(unknown) == 1 else f"columns {named} because they do"
+        version = handle.version
         raise ValueError(
-            f"columns={list(wanted)!r}: cannot select {what} not exist in version "
-            f"{handle.version} of the table; choose from {available!r}"
+            f"columns={list(wanted)!r}: cannot select {what} not exist in version {version} of the table; "
+            f"use names it has: {available!r}"
         )
     return tuple(wanted)
 

@@ -74,7 +74,11 @@ MALFORMED = [
     (("format_version",), 99, "format_version=99 but this release reads format_version 1 or 2"),
     (("epoch",), KeyError, "missing 'epoch'"),
     (("plan", "block_rows"), KeyError, "missing 'plan.block_rows'"),
-    (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'; write epoch=1 \\(an integer, not the str '1'\\)"),
+    (
+        ("epoch",),
+        "1",
+        "'epoch' must be a non-negative integer, got '1'; write epoch=1 \\(an integer, not the str '1'\\)",
+    ),
     (("shuffle",), 1, "'shuffle' must be a bool, got 1; restore the value state_dict\\(\\) wrote"),
     (("samples_consumed_per_split",), [1], "has 1 entries but num_splits=2"),
     (
@@ -85,9 +89,14 @@ MALFORMED = [
     (
         ("positions_consumed_per_split",),
         [5, "6"],
-        r"'positions_consumed_per_split\[1\]' must be .*, got '6'; write positions_consumed_per_split\[1\]=6 ",
+        r"'positions_consumed_per_split\[1\]' must be .*, got '6'; "
+        r"write positions_consumed_per_split\[1\]=6 ",
     ),
-    (("shuffle_seed",), 3.0, r"'shuffle_seed' must be .*, got 3.0; write shuffle_seed=3 \(an integer, not the float"),
+    (
+        ("shuffle_seed",),
+        3.0,
+        r"'shuffle_seed' must be .*, got 3.0; write shuffle_seed=3 \(an integer, not the float",
+    ),
     (
         ("positions_consumed_per_split",),
         [5, 999],
@@ -298,7 +307,12 @@ def test_merge_refuses_different_plans_epochs_and_disagreeing_owners():
     other["owned_splits"] = [1, 3]
     assert merge_states([BASE, other])["owned_splits"] == [0, 1, 2, 3]
     for key, value, message in [
-        ("shuffle_seed", 2, "different plans"),
+        (
+            "shuffle_seed",
+            2,
+            "shuffle_seed mismatch: state 0 has shuffle_seed=1 but state 1 has shuffle_seed=2, so "
+            "they come from different plans; merge the states of one run",
+        ),
         ("epoch", 1, "state 0 has epoch=0 but state 1 has epoch=1"),
         ("table", {"uri": "/t", "version": 4}, "version=3 but state 1 has version=4"),
     ]:
