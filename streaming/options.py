@@ -248,9 +248,11 @@ class Options:
         written under another profile (a table copied from local disk to a bucket)
         with that state's plan, so the resume stays exact. ``shuffle_buffer_size``
         becomes ``window_rows * num_splits``, which gives back exactly ``window_rows``.
-        Options given explicitly are returned unchanged (a mismatch is then refused).
+        Options given explicitly are returned unchanged (a mismatch is then refused),
+        and so are they for a window that is not whole blocks (no plan has one): the
+        block and the window are adopted together or not at all.
         """
-        if not self.profile_plan:
+        if not self.profile_plan or window_rows % block_rows:
             return self
         buffer = window_rows * self.num_splits
         return dataclasses.replace(self, block_rows=block_rows, shuffle_buffer_size=buffer)

@@ -281,6 +281,7 @@ def parse_state(state: object) -> StreamState:
     check_fields(state, _TOP_LEVEL, "")
     assert isinstance(state, dict)  # for the type checker; _check_fields proved it
     check_fields(state["plan"], _PLAN_FIELDS, "plan")
+    _check_whole_blocks(state["plan"])
     check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
     packing, anchors = _parse_packing(state, num_splits)
@@ -309,6 +310,17 @@ def parse_state(state: object) -> StreamState:
         columns=tuple(state["columns"]),
         packing=packing,
     )
+
+
+def _check_whole_blocks(plan: dict[str, Any]) -> None:
+    """A plan's window is a whole number of its blocks: anything else was edited."""
+    block, window = plan["block_rows"], plan["window_rows"]
+    if window % block:
+        raise ValueError(
+            f"state field 'plan.block_rows'={block} does not divide 'plan.window_rows'={window}, "
+            "and every plan's window is whole blocks: the checkpoint is damaged or was edited; "
+            "restore the plan values state_dict() wrote, or resume from an unedited checkpoint"
+        )
 
 
 def _refuse_a_whole_checkpoint(state: object) -> None:
