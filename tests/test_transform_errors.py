@@ -6,6 +6,7 @@ malformed row would; the failing rows sit in every split and most batches.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections import Counter
 
@@ -101,6 +102,17 @@ def test_warn_warns_once_per_failing_batch(uri):
         got = ids_of(dataset(uri, "warn"))
     assert sorted(got) == good(planned(uri))
     assert len(caught) >= sum(bad(i) for i in planned(uri)) // 4, "fewer warnings than failing batches"
+
+
+def test_warn_logs_each_skipped_row(uri, caplog):
+    """Drop-in: as ``lancedb.streaming`` does, "warn" logs the rows it skips (a WARNING
+    record per row, naming the error), besides the TransformErrorWarning."""
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="streaming"):
+        warnings.simplefilter("ignore", TransformErrorWarning)
+        ids_of(dataset(uri, "warn"))
+    skipped = [record for record in caplog.records if record.getMessage().startswith("Skipped position")]
+    assert len(skipped) == sum(bad(i) for i in planned(uri)) > 0
+    assert all("KeyError('cannot handle row" in record.getMessage() for record in skipped)
 
 
 def test_stats_count_the_dropped_rows(uri):
