@@ -309,8 +309,8 @@ def _apply(
     if len(produced) != batch.num_rows:
         raise TransformContractError(
             f"transform {_qualname(named or transform)} returned {len(produced)} samples for "
-            f"a batch of {batch.num_rows} rows; it must return exactly one sample "
-            "per row (filter rows with the filter= argument instead)"
+            f"a batch of {batch.num_rows} rows; it must return exactly one sample per row, "
+            "one output row per input row (filter rows with the filter= argument instead)"
         )
     return produced
 
