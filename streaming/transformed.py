@@ -136,9 +136,9 @@ class Transformer:
         if failures and self.on_error == "replace":
             return _Done(_replaced(samples, skipped, failures[0], spare), [])
         if failures and self.on_error == "warn":
-            for index, error in zip(skipped, failures, strict=True):  # one record per row, as the peer logs
-                position = first + index
-                _LOG.warning("Skipped position %d of split %d: transform failed (%r)", position, split, error)
+            for index, failure in zip(skipped, failures, strict=True):  # one record per row, as the peer logs
+                where = (first + index, split)
+                _LOG.warning("Skipped position %d of split %d: transform failed (%r)", *where, failure)
             warnings.warn(
                 f"transform {_qualname(self.transform)} failed on {len(failures)} of {batch.num_rows} "
                 f"rows of a batch; they were skipped (first error: {failures[0]!r})",
