@@ -370,7 +370,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         object was made, over this process and every worker whose batches reached
         it: ``rows_read``, ``bytes_read``, ``windows_read``, ``read_seconds`` (wall
         time of reads, summed over read threads), ``transform_seconds`` (summed
-        over transform threads), ``rows_dropped`` (rows ``transform`` failed on,
+        over transform threads), ``convert_seconds`` (Arrow to samples, reads
+        without a transform), ``rows_dropped`` (rows ``transform`` failed on,
         delivered or not yet). What running iterators hold now (0 while none
         runs): ``read_ahead`` (windows requested, not yet consumed), ``raw_rows``
         (rows read, waiting for the transform), ``ready_rows`` (rows ready to hand

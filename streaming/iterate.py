@@ -65,6 +65,8 @@ def iterate_cycles(
     ordered = sorted(splits)
     starts = {split: cursor.positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
+        count = width = 0
+        readers.held = lambda: max(0, count - cursor.cycles) * width  # the chunk's cycles to come
         try:
             while True:
                 active = [split for split in ordered if readers.remaining(split) > 0]

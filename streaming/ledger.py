@@ -160,15 +160,15 @@ class Ledger:
     def lockstep(self, progress: Sequence[SplitProgress], *, split_length: int) -> tuple[SplitProgress, ...]:
         """``progress`` with every split of other ranks where lockstep training puts it.
 
-        Call it with boundary progress. Other ranks' splits advance by the owned
-        splits' common advance since the run started, capped at the split's total;
-        their positions follow (rows only: a packed split's position is its
-        anchor's document).
+        Call it with boundary progress. Other ranks' splits carry their count at the
+        start of this run plus the smallest advance of this rank's owned splits
+        since then (the cycles in which every owned split took a sample), capped at
+        the split's total; their positions follow (rows only: a packed split's
+        position is its anchor's document). The advances differ only after a lagged
+        merge, once some owned splits have run out.
         """
         start = self.cursor.start
-        advance = max(
-            progress[split].samples - start[split].samples for split in self.owned
-        )  # the common one
+        advance = min(progress[split].samples - start[split].samples for split in self.owned)
         result = list(progress)
         for split, begun in enumerate(start):
             if split in self.owned:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import TableMovedWarning, UnownedSplitsWarning
 from .progress import SplitProgress
-from .state import StreamState, parse_state, plan_mismatches
+from .state import StreamState, parse_state, plan_differences
 
 __all__ = ["merge_states"]
 
@@ -22,9 +22,14 @@ __all__ = ["merge_states"]
 def _check_same_run(states: Sequence[StreamState]) -> None:
     first = states[0]
     for index, other in enumerate(states[1:], start=1):
-        problems = plan_mismatches(first, other)
-        if problems:
-            raise ValueError(f"states 0 and {index} come from different plans: {problems[0]}")
+        differences = plan_differences(first, other)
+        if differences:
+            path, mine, theirs = differences[0]
+            raise ValueError(
+                f"{path} mismatch: state 0 has {path}={mine!r} but state {index} has "
+                f"{path}={theirs!r}, so they come from different plans; merge the states of "
+                "one run (every rank's state of one checkpoint)"
+            )
         for name in ("version", "epoch"):
             if getattr(first, name) != getattr(other, name):
                 raise ValueError(
@@ -70,6 +75,7 @@ def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[s
     """
     if not states:
         raise ValueError("merge_state_dicts needs at least one state; pass every rank's state")
+    _refuse_mixture_states(states)
     parsed = [parse_state(state) for state in states]
     _check_same_run(parsed)
     owned = _owner_counts(parsed)
@@ -89,6 +95,20 @@ def merge_states(states: Sequence[object], *, allow_lag: bool = False) -> dict[s
     )
     merged = dataclasses.replace(first, progress=progress, owned_splits=tuple(sorted(owned)))
     return merged.to_dict()
+
+
+def _refuse_mixture_states(states: Sequence[object]) -> None:
+    """A mixture's states merge with the mixture's method: say so, naming it."""
+    mixed = [
+        index
+        for index, state in enumerate(states)
+        if isinstance(state, dict) and state.get("kind") == "mixture"
+    ]
+    if mixed:
+        raise ValueError(
+            f"state {mixed[0]} is the state of a StreamingMixture, not of one StreamingDataset; "
+            "merge mixture states with StreamingMixture.merge_state_dicts(states)"
+        )
 
 
 def _lockstep(states: Sequence[StreamState], split: int) -> SplitProgress:

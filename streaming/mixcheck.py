@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Mapping
@@ -9,7 +10,16 @@ from collections.abc import Mapping
 from .dataset import StreamingDataset
 from .mixing import Schedule
 
-__all__ = ["check_batch", "check_fits", "check_names", "check_seed", "check_sources", "check_unit"]
+__all__ = [
+    "check_batch",
+    "check_columns",
+    "check_fits",
+    "check_names",
+    "check_seed",
+    "check_sources",
+    "check_unit",
+    "close_names",
+]
 
 
 def check_sources(sources: object) -> dict[str, StreamingDataset]:
@@ -56,6 +66,40 @@ def check_sources(sources: object) -> dict[str, StreamingDataset]:
     return checked
 
 
+def check_columns(sources: Mapping[str, StreamingDataset]) -> None:
+    """Sources without a transform yield their columns: they must be the same, in the same order.
+
+    A batch holds samples of every source, so with different columns no batch could
+    be collated. A source with a transform returns what it likes and is not checked.
+    """
+    plain = {name: data.columns for name, data in sources.items() if data._options.transform is None}
+    if not plain:
+        return
+    first_name, first = next(iter(plain.items()))
+    for name, columns in plain.items():
+        if columns != first:
+            shared = [column for column in first if column in columns]
+            raise ValueError(
+                f"sources[{name!r}] has columns {columns} but sources[{first_name!r}] has {first}; "
+                f"a batch holds samples of both: build every source with the same columns= "
+                f"(those both have: columns={shared}), or give a source a transform that "
+                "returns the same keys"
+            )
+
+
+def close_names(given: object, names: list[str]) -> str:
+    """``"; did you mean 'web'?"`` for each given name that is close to a source name."""
+    if not isinstance(given, (list, tuple)):
+        return ""
+    hints = []
+    for name in given:
+        if isinstance(name, str) and name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            if close:
+                hints.append(f"{name!r}: did you mean {close[0]!r}?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
 def check_unit(unit: object, sources: Mapping[str, StreamingDataset]) -> int:
     """``unit``, or the default: the gcd of the sources' ``num_splits``."""
     splits = {name: data.num_splits for name, data in sources.items()}
@@ -78,7 +122,10 @@ def check_names(weights: object, names: list[str]) -> None:
     """``weights`` must name the sources, in their order."""
     if not isinstance(weights, Mapping) or list(weights) != names:
         given = list(weights) if isinstance(weights, Mapping) else weights
-        raise ValueError(f"weights must name the sources in their order, {names!r}; got {given!r}")
+        raise ValueError(
+            f"weights must name the sources in their order, {names!r}; got {given!r}"
+            f"{close_names(given, names)}; pass weights={{{', '.join(f'{n!r}: ...' for n in names)}}}"
+        )
 
 
 def check_seed(seed: object) -> int | None:
@@ -93,9 +140,13 @@ def check_seed(seed: object) -> int | None:
 def check_batch(batch: object, unit: int) -> int:
     """``global_batch_size``: a positive multiple of ``unit``."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % unit:
+        whole = isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
+        below = batch // unit * unit if whole else 0  # type: ignore[operator]
+        nearest = " or ".join(str(size) for size in (below, below + unit) if size > 0)
         raise ValueError(
             f"global_batch_size={batch!r} must be a positive multiple of unit={unit} "
-            "(samples of a source per batch come in units, see the unit argument)"
+            f"(samples of a source per batch come in units, see the unit argument); pass "
+            f"global_batch_size={nearest}" + (f", or a unit that divides {batch}" if whole else "")
         )
     return batch
 

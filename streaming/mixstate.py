@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .mixcheck import close_names
 from .mixing import STOP_RULES, MixPosition, SourcePosition
 from .state import Check, check_fields, is_int, non_negative
 
@@ -172,8 +173,8 @@ def check_sources(saved: Sequence[str], current: Sequence[str]) -> None:
     if missing or added:
         raise ValueError(
             f"the state's sources are {list(saved)!r} but this mixture's are {list(current)!r} "
-            f"(missing here: {missing!r}, new here: {added!r}); build the mixture with the "
-            "sources of the checkpoint, under the same names"
+            f"(missing here: {missing!r}, new here: {added!r}){close_names(added, list(saved))}; "
+            "build the mixture with the sources of the checkpoint, under the same names"
         )
     raise ValueError(
         f"the state lists its sources in the order {list(saved)!r} but this mixture in the "

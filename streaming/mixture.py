@@ -15,7 +15,15 @@ from . import _compat, source, watchdog
 from .dataset import StreamingDataset
 from .errors import EpochCompleteWarning
 from .lifecycle import LiveSlot, Samples
-from .mixcheck import check_batch, check_fits, check_names, check_seed, check_sources, check_unit
+from .mixcheck import (
+    check_batch,
+    check_columns,
+    check_fits,
+    check_names,
+    check_seed,
+    check_sources,
+    check_unit,
+)
 from .mixing import (
     STOP_RULES,
     MixPosition,
@@ -86,6 +94,7 @@ class StreamingMixture(IterableDataset[Any]):
         seed: int | None = 0,
     ) -> None:
         self._sources = check_sources(sources)
+        check_columns(self._sources)
         check_names(weights, list(self._sources))
         if stop not in STOP_RULES:
             raise ValueError(f"stop={stop!r} is not one of {STOP_RULES}")

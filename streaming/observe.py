@@ -30,8 +30,11 @@ class Observed:
 
     @property
     def transform_time(self) -> float:
-        """Seconds spent in ``transform``, summed over the transform threads."""
-        return float(self.stats()["transform_seconds"])
+        """Seconds spent in ``transform``, summed over the transform threads; without
+        a transform, in converting the Arrow columns read to samples (the stage a
+        transform replaces), as in ``lancedb.streaming``."""
+        stats = self.stats()
+        return float(stats["transform_seconds"] + stats["convert_seconds"])
 
     @property
     def rows_skipped(self) -> int:
@@ -60,7 +63,8 @@ class Observed:
     @property
     def prefetch_queue_depth(self) -> int:
         """Rows read (and transformed, if there is a transform) and ready to hand out,
-        not counting the few the iterator has already taken for its next cycles."""
+        including those the iterator has taken out of their windows for the cycles
+        in progress (counted by whole cycles), as in ``lancedb.streaming``."""
         return int(self.stats()["ready_rows"])
 
     @property

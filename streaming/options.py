@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .fixes import type_fix
 from .profiles import PROFILES, Profile, sized
 
 __all__ = [
@@ -63,45 +64,98 @@ def _non_negative(value: object) -> bool:
     return _is_int(value) and value >= 0  # type: ignore[operator]
 
 
-_CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    ("num_splits", _positive, "a positive integer"),
-    ("world_size", _positive, "a positive integer"),
-    ("rank", _non_negative, "an integer in [0, world_size)"),
-    ("epoch", _non_negative, "a non-negative integer"),
-    ("shuffle", lambda v: isinstance(v, bool), "True or False"),
-    ("shuffle_seed", _non_negative, "a non-negative integer (or None to draw one)"),
-    ("block_rows", _positive, "a positive integer"),
-    ("shuffle_buffer_size", _positive, "a positive integer (rows)"),
-    ("shuffle_clump_size", _optional_positive, "a positive integer or None"),
-    ("read_batch_size", _positive, "a positive integer"),
-    ("io_queue_depth", _positive, "a positive integer"),
-    ("prefetch_batches", _optional_positive, "a positive integer or None"),
-    ("transform_parallelism", _optional_positive, "a positive integer or None"),
-    ("transform_queue_depth", _optional_positive, "a positive integer or None"),
-    ("version", _optional_positive, "a positive Lance version number or None"),
+_POSITIVE = "greater than 0 (an integer)"
+_OPTIONAL_POSITIVE = "greater than 0 (an integer) or None"
+_BOOL = "True or False"
+
+# (name, check, what it must be, what to pass instead: formatted with the settings)
+_CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
+    (
+        "num_splits",
+        _positive,
+        _POSITIVE,
+        "a multiple of world_size such as num_splits={world_size}, or None (one per rank)",
+    ),
+    ("world_size", _positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
+    ("rank", _non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),
+    ("epoch", _non_negative, "a non-negative integer", "epoch=0 or more"),
+    ("shuffle", lambda v: isinstance(v, bool), _BOOL, "shuffle=True or shuffle=False"),
+    (
+        "shuffle_seed",
+        _non_negative,
+        "a non-negative integer (or None to draw one)",
+        "an integer such as shuffle_seed=0, or None to draw one",
+    ),
+    ("block_rows", _positive, _POSITIVE, "block_rows=1 or more, or None (the storage profile's)"),
+    ("shuffle_buffer_size", _positive, _POSITIVE, "a row count such as shuffle_buffer_size=8192, or None"),
+    ("shuffle_clump_size", _optional_positive, _OPTIONAL_POSITIVE, "shuffle_clump_size=1 or more, or None"),
+    ("read_batch_size", _positive, _POSITIVE, "read_batch_size=1 or more"),
+    ("io_queue_depth", _positive, _POSITIVE, "io_queue_depth=1 or more"),
+    ("prefetch_batches", _optional_positive, _OPTIONAL_POSITIVE, "prefetch_batches=1 or more, or None"),
+    (
+        "transform_parallelism",
+        _optional_positive,
+        _OPTIONAL_POSITIVE,
+        "transform_parallelism=1 or more, or None",
+    ),
+    (
+        "transform_queue_depth",
+        _optional_positive,
+        _OPTIONAL_POSITIVE,
+        "transform_queue_depth=1 or more, or None",
+    ),
+    (
+        "version",
+        _optional_positive,
+        "a positive Lance version number or None",
+        "a version the table has (table.list_versions()), or None for the latest",
+    ),
     (
         "filter",
         lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
         "an SQL predicate string or None",
+        "an SQL predicate such as filter='label > 0', or None",
     ),
-    ("transform", lambda v: v is None or callable(v), "a callable or None"),
-    ("pack_sequences", _optional_positive, "a positive integer (tokens per block) or None"),
-    ("eos_id", _token, "a token id (an integer that int64 holds) or None"),
-    ("pad_id", _token, "a token id (an integer that int64 holds, -100 for example) or None"),
+    (
+        "transform",
+        lambda v: v is None or callable(v),
+        "a callable or None",
+        "a function of a RecordBatch, or None",
+    ),
+    (
+        "pack_sequences",
+        _optional_positive,
+        "a positive integer (tokens per block) or None",
+        "the tokens per block such as pack_sequences=2048, or None",
+    ),
+    (
+        "eos_id",
+        _token,
+        "a token id (an integer that int64 holds) or None",
+        "the tokenizer's end-of-document id",
+    ),
+    (
+        "pad_id",
+        _token,
+        "a token id (an integer that int64 holds, -100 for example) or None",
+        "the tokenizer's padding id (or -100)",
+    ),
     (
         "blocks_per_epoch",
         lambda v: v is None or v == "auto" or _positive(v),
         "a positive integer, 'auto' or None",
+        "a multiple of num_splits, or blocks_per_epoch='auto'",
     ),
     (
         "on_transform_error",
         lambda v: v in ("raise", "skip", "warn", "replace") or callable(v),
         "'raise', 'skip', 'warn', 'replace' or a callable handler(exception) -> bool",
+        "one of those",
     ),
-    ("evaluation", lambda v: isinstance(v, bool), "True or False"),
-    ("endless", lambda v: isinstance(v, bool), "True or False"),
-    ("transform_rng", lambda v: isinstance(v, bool), "True or False"),
-    ("follow_latest", lambda v: isinstance(v, bool), "True or False"),
+    ("evaluation", lambda v: isinstance(v, bool), _BOOL, "evaluation=True or evaluation=False"),
+    ("endless", lambda v: isinstance(v, bool), _BOOL, "endless=True or endless=False"),
+    ("transform_rng", lambda v: isinstance(v, bool), _BOOL, "transform_rng=True or transform_rng=False"),
+    ("follow_latest", lambda v: isinstance(v, bool), _BOOL, "follow_latest=True or follow_latest=False"),
     (
         "columns",
         lambda v: (
@@ -114,8 +168,18 @@ _CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
             )
         ),
         "a non-empty list of distinct column names or None",
+        "columns=['id', ...] (each name once), or None for every column",
     ),
 )
+
+
+def _refusal(
+    name: str, check: Callable[[object], bool], expected: str, fix: str, values: dict[str, Any]
+) -> str:
+    """The message for a refused setting: the field, the value and the fix."""
+    value = values[name]
+    instead = type_fix(name, value, check) or fix.format(**values)
+    return f"{name} must be {expected}, got {value!r}; pass {instead}"
 
 
 @dataclass(frozen=True)
@@ -184,9 +248,11 @@ class Options:
         written under another profile (a table copied from local disk to a bucket)
         with that state's plan, so the resume stays exact. ``shuffle_buffer_size``
         becomes ``window_rows * num_splits``, which gives back exactly ``window_rows``.
-        Options given explicitly are returned unchanged (a mismatch is then refused).
+        Options given explicitly are returned unchanged (a mismatch is then refused),
+        and so are they for a window that is not whole blocks (no plan has one): the
+        block and the window are adopted together or not at all.
         """
-        if not self.profile_plan:
+        if not self.profile_plan or window_rows % block_rows:
             return self
         buffer = window_rows * self.num_splits
         return dataclasses.replace(self, block_rows=block_rows, shuffle_buffer_size=buffer)
@@ -265,7 +331,7 @@ def as_epoch(epoch: object) -> int:
     except TypeError:
         value = -1
     if isinstance(epoch, bool) or value < 0:
-        raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}; pass epoch=0 or more")
     return value
 
 
@@ -275,13 +341,16 @@ def check_options(values: dict[str, Any]) -> Options:
     Raises:
         ValueError: a setting is out of range, naming it, its value and the fix.
     """
-    for name, check, expected in _CHECKS:
+    for name, check, expected, fix in _CHECKS:
         if not check(values[name]):
-            raise ValueError(f"{name} must be {expected}, got {values[name]!r}")
+            raise ValueError(_refusal(name, check, expected, fix, values))
         if _is_int(values[name]):
             values[name] = int(values[name])  # numpy integers become plain ints (JSON states)
     if values["rank"] >= values["world_size"]:
-        raise ValueError(f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}")
+        raise ValueError(
+            f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}; pass "
+            f"rank=0 up to {values['world_size'] - 1}, or None to read it from torch.distributed"
+        )
     _check_packing(values)
     if values["transform_rng"] and values["transform"] is None:
         raise ValueError("transform_rng=True needs a transform= that takes (batch, rngs); pass one")

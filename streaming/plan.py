@@ -159,12 +159,13 @@ class EpochPlan:
         if self.total_rows == 0:
             raise ValueError(
                 "the table has no rows to plan: it is empty, or every row is deleted, or the "
-                "filter matches no live row; add rows or loosen the filter"
+                "filter matches no live row; there must be at least 1 row per split: add rows "
+                "or loosen the filter"
             )
         if self.total_rows < num_splits:
             raise ValueError(
                 f"the table has {self.total_rows} rows to plan but num_splits={num_splits}; "
-                f"every split needs at least one row: use num_splits <= {self.total_rows} "
+                f"there must be at least 1 row per split: use num_splits <= {self.total_rows} "
                 "or a filter that matches more rows"
             )
         self.split_length = self.total_rows // num_splits

@@ -91,7 +91,8 @@ class WindowSource:
                 for (split, window), gather in zip(requests, request.gathers, strict=True)
             ]
         else:
-            windows = list(Rows.gather(table, request.gathers))
+            with timed(self.counters, "convert"):  # the transform stage of a read without one
+                windows = list(Rows.gather(table, request.gathers))
         return dict(zip(requests, windows, strict=True))
 
 
@@ -136,6 +137,7 @@ class SplitReaders:
         self._left_rows = 0  # the sum of max(0, left)
         self._ahead: dict[int, int] = {}
         self._unscanned = 0  # rows of windows not yet requested
+        self.held: Callable[[], int] | None = None  # rows the consumer took and has not handed out
         for split, position in starts.items():
             self._move_ahead(split, position // self._window_rows)
         self._schedule()  # the read-ahead starts once the first windows are in
@@ -246,7 +248,8 @@ class SplitReaders:
     def gauges(self) -> dict[str, int]:
         """What these readers hold now: windows requested and not yet consumed
         (``read_ahead``), rows read and waiting for the transform (``raw_rows``),
-        rows ready to hand out (``ready_rows``), rows not yet requested
+        rows ready to hand out (``ready_rows``, with the ``held`` ones the consumer
+        took and has not handed out yet), rows not yet requested
         (``unscanned_rows``). Zeros if the readers change while this runs (read
         from another thread than the consumer's)."""
         try:
@@ -266,6 +269,8 @@ class SplitReaders:
                     raw, ready = raw + waiting, ready + done
         else:
             ready += self._landed_rows
+        if self.held is not None:
+            ready += self.held()
         return {
             "read_ahead": len(self._scheduled),
             "raw_rows": raw,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import TableMovedWarning
+from .fixes import type_fix
 from .plan import PLAN_FORMAT
 from .progress import Anchor, SplitProgress
 
@@ -28,6 +29,7 @@ __all__ = [
     "is_int",
     "non_negative",
     "parse_state",
+    "plan_differences",
     "plan_mismatches",
 ]
 
@@ -57,8 +59,23 @@ def _positive(value: object) -> bool:
     return is_int(value) and value > 0  # type: ignore[operator]
 
 
-def _int_list(value: object) -> bool:
-    return isinstance(value, list) and all(non_negative(item) for item in value)
+class ListOf:
+    """A check for a list whose items each pass ``item`` (described as ``expected``)."""
+
+    def __init__(self, item: Check, expected: str) -> None:
+        self.item, self.expected = item, expected
+
+    def __call__(self, value: object) -> bool:
+        return isinstance(value, list) and all(self.item(entry) for entry in value)
+
+    def culprit(self, value: object) -> int | None:
+        """The index of the first refused item (``None``: ``value`` is no list)."""
+        if not isinstance(value, list):
+            return None
+        return next((index for index, entry in enumerate(value) if not self.item(entry)), None)
+
+
+_int_list = ListOf(non_negative, "a non-negative integer")
 
 
 def _optional_str(value: object) -> bool:
@@ -198,8 +215,16 @@ class StreamState:
 
 
 def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
+    """Check that ``data`` is a dict with every field of ``fields`` present and valid.
+
+    Raises:
+        ValueError: naming the field (the list entry for a list), its value and the fix.
+    """
     if not isinstance(data, dict):
-        raise ValueError(f"state {prefix or 'object'} must be a dict, got {type(data).__name__}")
+        raise ValueError(
+            f"state {prefix or 'object'} must be a dict, got {type(data).__name__}; pass the dict "
+            "returned by state_dict() or merge_state_dicts(), unmodified"
+        )
     for name, check, expected in fields:
         where = f"{prefix}.{name}" if prefix else name
         if name not in data:
@@ -208,10 +233,26 @@ def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefi
                 "or merge_state_dicts(), unmodified"
             )
         if not check(data[name]):
-            raise ValueError(
-                f"state field {where!r} must be {expected}, got {data[name]!r}; "
-                "the checkpoint is damaged or was edited"
-            )
+            raise ValueError(_refusal(where, data[name], check, expected))
+
+
+def _refusal(where: str, value: object, check: Check, expected: str) -> str:
+    """The message for a refused field: its path (and entry), value and fix."""
+    if isinstance(check, ListOf) and isinstance(value, list):
+        index = check.culprit(value)
+        if index is not None:
+            where, value, expected = f"{where}[{index}]", value[index], check.expected
+            check = check.item
+    retyped = type_fix(where, value, check)
+    fix = (
+        f"write {retyped}"
+        if retyped is not None
+        else "restore the value state_dict() wrote, or resume from an unedited checkpoint"
+    )
+    return (
+        f"state field {where!r} must be {expected}, got {value!r}; {fix} "
+        "(the checkpoint is damaged or was edited)"
+    )
 
 
 def parse_state(state: object) -> StreamState:
@@ -240,6 +281,7 @@ def parse_state(state: object) -> StreamState:
     check_fields(state, _TOP_LEVEL, "")
     assert isinstance(state, dict)  # for the type checker; _check_fields proved it
     check_fields(state["plan"], _PLAN_FIELDS, "plan")
+    _check_whole_blocks(state["plan"])
     check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
     packing, anchors = _parse_packing(state, num_splits)
@@ -268,6 +310,17 @@ def parse_state(state: object) -> StreamState:
         columns=tuple(state["columns"]),
         packing=packing,
     )
+
+
+def _check_whole_blocks(plan: dict[str, Any]) -> None:
+    """A plan's window is a whole number of its blocks: anything else was edited."""
+    block, window = plan["block_rows"], plan["window_rows"]
+    if window % block:
+        raise ValueError(
+            f"state field 'plan.block_rows'={block} does not divide 'plan.window_rows'={window}, "
+            "and every plan's window is whole blocks: the checkpoint is damaged or was edited; "
+            "restore the plan values state_dict() wrote, or resume from an unedited checkpoint"
+        )
 
 
 def _refuse_a_whole_checkpoint(state: object) -> None:
@@ -346,18 +399,25 @@ def _field(state: StreamState, path: str) -> object:
     return list(value) if isinstance(value, tuple) else value
 
 
-def plan_mismatches(saved: StreamState, current: StreamState) -> list[str]:
-    """Messages for every order-defining input that differs, in a fixed order."""
-    problems = []
-    for path, fix in _MUST_MATCH:
+def plan_differences(saved: StreamState, current: StreamState) -> list[tuple[str, object, object]]:
+    """(field, saved value, current value) of every order-defining input that differs."""
+    found = []
+    for path, _ in _MUST_MATCH:
         old, new = _field(saved, path), _field(current, path)
         if old != new:
-            problems.append(
-                f"checkpoint has {path}={old!r} but this dataset has {path}={new!r}; "
-                + fix.format(saved=old)
-                + " to resume it"
-            )
-    return problems
+            found.append((path, old, new))
+    return found
+
+
+def plan_mismatches(saved: StreamState, current: StreamState) -> list[str]:
+    """Messages for every order-defining input that differs, in a fixed order."""
+    fixes = dict(_MUST_MATCH)
+    return [
+        f"checkpoint has {path}={old!r} but this dataset has {path}={new!r}; "
+        + fixes[path].format(saved=old)
+        + " to resume it"
+        for path, old, new in plan_differences(saved, current)
+    ]
 
 
 def check_compatible(saved: StreamState, current: StreamState, *, split_length: int) -> None:
@@ -382,7 +442,9 @@ def check_compatible(saved: StreamState, current: StreamState, *, split_length: 
                 raise ValueError(
                     f"state has {name}[{split}]={value} but splits of this snapshot hold "
                     f"{limit} {unit}; the checkpoint belongs to another table or was "
-                    "edited"
+                    f"edited: load it into a dataset of the table it names ({saved.uri!r}, "
+                    f"version {saved.version}) with its filter, or restore the value "
+                    f"state_dict() wrote (at most {limit})"
                 )
     if saved.uri != current.uri:
         warnings.warn(

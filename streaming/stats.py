@@ -18,6 +18,7 @@ FIELDS = (
     "bytes_read",
     "read_seconds",
     "transform_seconds",
+    "convert_seconds",
     "windows_read",
     "rows_dropped",
     *GAUGES,
@@ -34,6 +35,7 @@ class Counters:
     bytes_read: int = 0
     read_seconds: float = 0.0
     transform_seconds: float = 0.0
+    convert_seconds: float = 0.0
     windows_read: int = 0
     rows_dropped: int = 0
     _gauges: Gauges | None = field(default=None, repr=False, compare=False)
@@ -46,6 +48,7 @@ class Counters:
         nbytes: int = 0,
         read: float = 0.0,
         transform: float = 0.0,
+        convert: float = 0.0,
         windows: int = 0,
         dropped: int = 0,
     ) -> None:
@@ -55,6 +58,7 @@ class Counters:
             self.bytes_read += nbytes
             self.read_seconds += read
             self.transform_seconds += transform
+            self.convert_seconds += convert
             self.windows_read += windows
             self.rows_dropped += dropped
 
@@ -83,8 +87,9 @@ class Counters:
 
 @contextmanager
 def timed(counters: Counters, kind: str) -> Iterator[None]:
-    """Add the duration of the block to ``read_seconds`` (``kind="read"``) or
-    ``transform_seconds`` (``kind="transform"``)."""
+    """Add the duration of the block to ``read_seconds`` (``kind="read"``),
+    ``transform_seconds`` (``kind="transform"``) or ``convert_seconds``
+    (``kind="convert"``: Arrow columns to samples, reads without a transform)."""
     start = time.perf_counter()
     try:
         yield
@@ -92,6 +97,8 @@ def timed(counters: Counters, kind: str) -> Iterator[None]:
         elapsed = time.perf_counter() - start
         if kind == "read":
             counters.add(read=elapsed)
+        elif kind == "convert":
+            counters.add(convert=elapsed)
         else:
             counters.add(transform=elapsed)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import copy
 import functools
+import logging
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -29,6 +30,8 @@ from .errors import TransformContractError, TransformErrorWarning
 from .stats import Counters
 
 __all__ = ["OnError", "Seeds", "Transformer", "TransformedRows"]
+
+_LOG = logging.getLogger("streaming")
 
 OnError = str | Callable[[Exception], bool]
 """``"raise"``, ``"skip"``, ``"warn"``, ``"replace"`` or ``handler(exception) -> bool``
@@ -133,6 +136,9 @@ class Transformer:
         if failures and self.on_error == "replace":
             return _Done(_replaced(samples, skipped, failures[0], spare), [])
         if failures and self.on_error == "warn":
+            for index, failure in zip(skipped, failures, strict=True):  # one record per row, as the peer logs
+                where = (first + index, split)
+                _LOG.warning("Skipped position %d of split %d: transform failed (%r)", *where, failure)
             warnings.warn(
                 f"transform {_qualname(self.transform)} failed on {len(failures)} of {batch.num_rows} "
                 f"rows of a batch; they were skipped (first error: {failures[0]!r})",
@@ -303,8 +309,8 @@ def _apply(
     if len(produced) != batch.num_rows:
         raise TransformContractError(
             f"transform {_qualname(named or transform)} returned {len(produced)} samples for "
-            f"a batch of {batch.num_rows} rows; it must return exactly one sample "
-            "per row (filter rows with the filter= argument instead)"
+            f"a batch of {batch.num_rows} rows; it must return exactly one sample per row, "
+            "one output row per input row (filter rows with the filter= argument instead)"
         )
     return produced
 

@@ -142,9 +142,12 @@ def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
         return tuple(available)
     unknown = [name for name in wanted if name not in available]
     if unknown:
+        named = ", ".join(f"`{name}`" for name in unknown)
+        what = f"column {named} because it does" if len(unknown) == 1 else f"columns {named} because they do"
+        version = handle.version
         raise ValueError(
-            f"columns={list(wanted)!r} names {unknown!r}, which version "
-            f"{handle.version} of the table does not have; choose from {available!r}"
+            f"columns={list(wanted)!r}: cannot select {what} not exist in version {version} of the table; "
+            f"use names it has: {available!r}"
         )
     return tuple(wanted)
 

@@ -148,6 +148,13 @@ def test_a_reweighted_resume_loses_and_repeats_nothing(uris):
     refused = mixture(uris, weights=heavier_b, stop="first_exhausted")
     with pytest.raises(ValueError, match=r"weights=.*reweight=True"):
         refused.load_state_dict(state)
+    loader = StreamingDataLoader(
+        mixture(uris, weights=heavier_b, stop="first_exhausted"), batch_size=GLOBAL_BATCH
+    )
+    with pytest.raises(ValueError, match=r"weights=.*reweight=True"):
+        loader.load_state_dict(state)  # docs/mixtures.md: the loader reweights only when asked, too
+    loader.load_state_dict(state, reweight=True)
+    assert loader.state_dict()["step"] == 4
     resumed = mixture(uris, weights=heavier_b, stop="first_exhausted")
     resumed.load_state_dict(state, reweight=True)
     assert resumed.step == 4

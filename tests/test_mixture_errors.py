@@ -43,7 +43,8 @@ def build(uris, names=("a", "b"), **kwargs) -> StreamingMixture:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"names": ("web", "b")}, r"missing here: \['a'\], new here: \['web'\]"),
+        ({"names": ("web", "b")}, r"missing here: \['a'\], new here: \['web'\]\); build"),
+        ({"names": ("aa", "b")}, r"new here: \['aa'\]\) \('aa': did you mean 'a'\?\); build the mixture"),
         ({"names": ("a", "b", "c")}, r"new here: \['c'\]"),
         ({"names": ("b", "a")}, "in the order"),
         ({"global_batch_size": 96}, "global_batch_size=48 but this mixture has global_batch_size=96"),
@@ -72,6 +73,12 @@ def test_states_of_the_other_kind_are_refused(uris, state):
         mixture(uris).load_state_dict(single.state_dict())
     with pytest.raises(ValueError, match="StreamingMixture"):
         single.load_state_dict(state)
+    with pytest.raises(
+        ValueError,
+        match=r"state 0 is the state of a StreamingMixture.*merge mixture states with "
+        r"StreamingMixture\.merge_state_dicts\(states\)",
+    ):
+        StreamingDataset.merge_state_dicts([state, state])
 
 
 @pytest.mark.parametrize(
@@ -80,10 +87,24 @@ def test_states_of_the_other_kind_are_refused(uris, state):
         (
             {"global_batch_size": 50},
             ValueError,
-            "global_batch_size=50 must be a positive multiple of unit=12",
+            r"global_batch_size=50 must be a positive multiple of unit=12 .*; "
+            "pass global_batch_size=48 or 60, or a unit that divides 50",
         ),
+        ({"global_batch_size": 5}, ValueError, r"global_batch_size=5 must be .*; pass global_batch_size=12,"),
         ({"unit": 5}, ValueError, "unit=5 must divide every source's num_splits"),
         ({"weights": {"b": 1.0, "a": 1.0}}, ValueError, "weights must name the sources in their order"),
+        (
+            {"weights": {"a": 1.0, "bb": 1.0}},
+            ValueError,
+            r"weights must name the sources in their order, \['a', 'b'\]; got \['a', 'bb'\] "
+            r"\('bb': did you mean 'b'\?\); pass weights=\{'a': \.\.\., 'b': \.\.\.\}",
+        ),
+        (
+            {"source_options": {"a_options": {"columns": ["id"]}}},
+            ValueError,
+            r"sources\['b'\] has columns \[.*\] but sources\['a'\] has \['id'\]; .*same columns= "
+            r"\(those both have: columns=\['id'\]\)",
+        ),
         ({"weights": {"a": 1.0, "b": 0}}, ValueError, r"weights\['b'\]=0 is not positive"),
         ({"stop": "sometimes"}, ValueError, "stop='sometimes' is not one of"),
         ({"source_options": {"on_transform_error": "skip"}}, ValueError, "on_transform_error='skip'"),

@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming import source
+from streaming import StreamingDataset, source
 from streaming.options import Options
 from streaming.plan import window_rows_for
 from streaming.profiles import BLOCK_BYTES, BLOCK_ROWS_RANGE, PROFILES, choose_profile, profile_for, sized
+
+from helpers import make_table
 
 
 @pytest.mark.parametrize(
@@ -140,3 +142,26 @@ def test_row_bytes_from_metadata(tmp_path):
     mixed = lance.write_dataset(texts, str(tmp_path / "mixed.lance"))
     estimate = source.row_bytes(mixed, None)
     assert estimate is not None and 1000 + 524 <= estimate < 2 * (1000 + 524), "file bytes over rows"
+
+
+def test_a_window_of_part_blocks_is_never_adopted():
+    """Block and window are adopted together or not at all: no plan has a window that
+    is not whole blocks, so such a pair (an edited state) leaves the options as they are."""
+    options = _options(profile_plan=True)
+    assert options.adopting(block_rows=50, window_rows=16384) is options
+
+
+def test_an_edited_block_size_is_refused_naming_block_rows(tmp_path):
+    """A state whose plan.block_rows was edited is refused naming that field (not the
+    window the adopted block would have changed), with the value and the fix."""
+    uri = make_table(tmp_path / "t.lance", [300])
+    state = StreamingDataset(uri, num_splits=2).state_dict()
+    state["plan"]["block_rows"] = 50
+    data = StreamingDataset(uri, num_splits=2)
+    before = data.state_dict()
+    with pytest.raises(
+        ValueError, match=r"'plan\.block_rows'=50 does not divide 'plan\.window_rows'=\d+"
+    ) as error:
+        data.load_state_dict(state)
+    assert "restore the plan values state_dict() wrote" in str(error.value)
+    assert data.state_dict() == before

@@ -74,15 +74,39 @@ MALFORMED = [
     (("format_version",), 99, "format_version=99 but this release reads format_version 1 or 2"),
     (("epoch",), KeyError, "missing 'epoch'"),
     (("plan", "block_rows"), KeyError, "missing 'plan.block_rows'"),
-    (("epoch",), "1", "'epoch' must be a non-negative integer, got '1'"),
-    (("shuffle",), 1, "'shuffle' must be a bool"),
+    (
+        ("epoch",),
+        "1",
+        "'epoch' must be a non-negative integer, got '1'; write epoch=1 \\(an integer, not the str '1'\\)",
+    ),
+    (("shuffle",), 1, "'shuffle' must be a bool, got 1; restore the value state_dict\\(\\) wrote"),
     (("samples_consumed_per_split",), [1], "has 1 entries but num_splits=2"),
-    (("samples_consumed_per_split",), [-1, 0], "list of non-negative integers"),
-    (("positions_consumed_per_split",), [5, 999], r"positions_consumed_per_split\[1\]=999 but splits"),
+    (
+        ("samples_consumed_per_split",),
+        [-1, 0],
+        r"'samples_consumed_per_split\[0\]' must be a non-negative integer, got -1; restore the value",
+    ),
+    (
+        ("positions_consumed_per_split",),
+        [5, "6"],
+        r"'positions_consumed_per_split\[1\]' must be .*, got '6'; "
+        r"write positions_consumed_per_split\[1\]=6 ",
+    ),
+    (
+        ("shuffle_seed",),
+        3.0,
+        r"'shuffle_seed' must be .*, got 3.0; write shuffle_seed=3 \(an integer, not the float",
+    ),
+    (
+        ("positions_consumed_per_split",),
+        [5, 999],
+        r"positions_consumed_per_split\[1\]=999 but splits .* hold \d+ rows; .*load it into a dataset "
+        r"of the table it names .* or restore the value state_dict\(\) wrote \(at most \d+\)",
+    ),
     (("positions_consumed_per_split",), [0, 0], "below samples_consumed_per_split"),
     (("owned_splits",), [0, 7], "distinct splits in \\[0, 2\\)"),
     (("table",), "somewhere", "'table' must be a dict"),
-    (("table", "version"), 1.5, "'table.version' must be a positive integer"),
+    (("table", "version"), 1.5, "'table.version' must be a positive integer, got 1.5; restore the value"),
 ]
 
 
@@ -283,7 +307,12 @@ def test_merge_refuses_different_plans_epochs_and_disagreeing_owners():
     other["owned_splits"] = [1, 3]
     assert merge_states([BASE, other])["owned_splits"] == [0, 1, 2, 3]
     for key, value, message in [
-        ("shuffle_seed", 2, "different plans"),
+        (
+            "shuffle_seed",
+            2,
+            "shuffle_seed mismatch: state 0 has shuffle_seed=1 but state 1 has shuffle_seed=2, so "
+            "they come from different plans; merge the states of one run",
+        ),
         ("epoch", 1, "state 0 has epoch=0 but state 1 has epoch=1"),
         ("table", {"uri": "/t", "version": 4}, "version=3 but state 1 has version=4"),
     ]:

@@ -36,6 +36,7 @@ def test_stats_match_what_was_delivered(tmp_path, workers, transform):
     assert final["rows_read"] >= delivered and final["bytes_read"] > 0 and final["windows_read"] > 0
     assert final["read_seconds"] > 0
     assert (final["transform_seconds"] > 0) == (transform is not None)
+    assert (final["convert_seconds"] > 0) == (transform is None)
     assert json.loads(json.dumps(final)) == final
 
 
@@ -99,6 +100,21 @@ def test_the_queue_attributes_describe_the_running_iterator(tmp_path, transform)
         assert data.raw_queue_depth == 0
     iterator.close()
     assert data.raw_queue_depth == data.prefetch_queue_depth == data.unscanned_rows == 0
+
+
+@pytest.mark.parametrize("transform", [None, double])
+def test_the_peer_attributes_mean_what_they_mean_in_the_peer(tmp_path, transform):
+    """Drop-in: ``prefetch_queue_depth`` counts the rows ready to yield, including
+    those the iterator took out of their windows, and ``transform_time`` times the
+    transform stage, which without a transform is the Arrow-to-sample conversion."""
+    uri = make_table(tmp_path / "t.lance", [120])
+    data = StreamingDataset(uri, num_splits=12, transform=transform)
+    iterator = iter(data)
+    next(iterator)  # every split's 10 rows are taken out of their windows at once
+    assert data.prefetch_queue_depth > 0
+    rest = list(iterator)
+    assert len(rest) == 119 and data.prefetch_queue_depth == 0
+    assert data.transform_time > 0 and data.fetch_time > 0
 
 
 def test_worker_queue_figures_drop_to_zero_when_their_iterator_is_gone(tmp_path):

@@ -6,6 +6,7 @@ malformed row would; the failing rows sit in every split and most batches.
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections import Counter
 
@@ -103,6 +104,17 @@ def test_warn_warns_once_per_failing_batch(uri):
     assert len(caught) >= sum(bad(i) for i in planned(uri)) // 4, "fewer warnings than failing batches"
 
 
+def test_warn_logs_each_skipped_row(uri, caplog):
+    """Drop-in: as ``lancedb.streaming`` does, "warn" logs the rows it skips (a WARNING
+    record per row, naming the error), besides the TransformErrorWarning."""
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="streaming"):
+        warnings.simplefilter("ignore", TransformErrorWarning)
+        ids_of(dataset(uri, "warn"))
+    skipped = [record for record in caplog.records if record.getMessage().startswith("Skipped position")]
+    assert len(skipped) == sum(bad(i) for i in planned(uri)) > 0
+    assert all("KeyError('cannot handle row" in record.getMessage() for record in skipped)
+
+
 def test_stats_count_the_dropped_rows(uri):
     data = dataset(uri)
     got = ids_of(data)
@@ -117,7 +129,7 @@ def test_a_broken_transform_contract_is_never_skipped(uri):
         return batch.to_pylist()[1:]
 
     data = StreamingDataset(uri, num_splits=NUM_SPLITS, transform=one_short, on_transform_error="skip")
-    with pytest.raises(ValueError, match="must return exactly one sample per row"):
+    with pytest.raises(ValueError, match="exactly one sample per row, one output row per input row"):
         ids_of(data)
 
 
