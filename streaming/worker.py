@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _compat, byvalue, transfer
+from . import _compat, byvalue, outputs, transfer
 from .progress import SplitProgress
 
 if TYPE_CHECKING:
@@ -102,9 +102,10 @@ class ReportingCollate:
         # already the committed one; only worker processes send reports.
         report = None if worker is None else cast("StreamingDataset", worker.dataset)._worker_report()
         if not self.columnar:
+            collated = outputs.collate(self.collate, samples)  # errors name the key and sample
             if worker is None:
-                return WorkerBatch(self.collate(samples), None)
-            batch, packed = byvalue.pack(self.collate(samples))
+                return WorkerBatch(collated, None)
+            batch, packed = byvalue.pack(collated)
             return WorkerBatch(batch, report, packed=packed)
         from .assemble import finish, to_tensors
 
