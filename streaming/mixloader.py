@@ -8,7 +8,6 @@ state after it is exact (no replay) on any topology.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -88,7 +87,7 @@ class MixtureLoader(StreamingDataLoader):
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
-            collate_fn=_finish if columnar else collate_fn or functools.partial(outputs.collate, default_collate),
+            collate_fn=_finish if columnar else collate_fn or outputs.collate_default,
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=checked["timeout"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
-__all__ = ["collate", "unbatchable"]
+__all__ = ["collate", "collate_default", "unbatchable"]
 
 _FAILURES = (TypeError, RuntimeError, KeyError, ValueError, IndexError)
 _SHORT = reprlib.Repr()
@@ -39,6 +39,11 @@ def collate(function: Callable[[Any], Any], samples: Any) -> Any:
         if message is None:
             raise
         raise TypeError(message) from error
+
+
+def collate_default(samples: Any) -> Any:
+    """``default_collate(samples)``, failing as ``collate`` does (for loaders built on it)."""
+    return collate(default_collate, samples)
 
 
 def unbatchable(samples: list[Any], error: Exception) -> str | None:
