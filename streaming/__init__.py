@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .errors import (
         EpochCompleteWarning,
         PackingEstimateWarning,
+        SeededTransformWarning,
         SnapshotGoneError,
         StreamingWarning,
         TableMovedWarning,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EpochCompleteWarning",
     "PackingEstimateWarning",
+    "SeededTransformWarning",
     "SnapshotGoneError",
     "StreamingDataLoader",
     "StreamingDataset",
@@ -49,6 +51,7 @@ __version__ = "0.1.0"
 _HOMES = {
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",
+    "SeededTransformWarning": ".errors",
     "SnapshotGoneError": ".errors",
     "StreamingDataLoader": ".loader",
     "StreamingDataset": ".dataset",

@@ -11,6 +11,7 @@ Hierarchy::
           ├── TableMovedWarning
           ├── UnownedSplitsWarning
           ├── TransformErrorWarning
+          ├── SeededTransformWarning
           ├── PackingEstimateWarning
           └── TorchrunStoreWarning
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 __all__ = [
     "EpochCompleteWarning",
     "PackingEstimateWarning",
+    "SeededTransformWarning",
     "SnapshotGoneError",
     "StreamingWarning",
     "TableMovedWarning",
@@ -63,6 +65,11 @@ class UnownedSplitsWarning(StreamingWarning):
 
 class TransformErrorWarning(StreamingWarning):
     """``on_transform_error="warn"`` dropped rows the transform failed on."""
+
+
+class SeededTransformWarning(StreamingWarning):
+    """A ``worker_init_fn`` seeded the global random generators while the transform runs
+    on several threads: draws from them change from run to run (use ``transform_rng=True``)."""
 
 
 class PackingEstimateWarning(StreamingWarning):

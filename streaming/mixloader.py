@@ -14,7 +14,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, default_collate
 
-from . import _compat
+from . import _compat, outputs
 from .assemble import finish
 from .lifecycle import Guarded
 from .loader import (
@@ -87,7 +87,7 @@ class MixtureLoader(StreamingDataLoader):
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
-            collate_fn=_finish if columnar else collate_fn or default_collate,
+            collate_fn=_finish if columnar else collate_fn or outputs.collate_default,
             pin_memory=pin_memory,
             drop_last=drop_last,
             timeout=checked["timeout"],

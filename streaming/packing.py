@@ -57,11 +57,7 @@ def packing_for(options: Any, handle: Any, columns: Sequence[str], planned_rows:
 
     if options.pack_sequences is None:
         return None
-    if len(columns) != 1 or not source.is_integer_list(handle, columns[0]):
-        raise ValueError(
-            f"pack_sequences packs one column of integer lists (token ids), got columns={list(columns)!r}; "
-            "pass columns=[<token column>]"
-        )
+    _check_token_column(handle, columns)
     blocks = options.blocks_per_epoch
     if blocks == "auto":
         lengths = source.list_lengths(handle, columns[0], limit=_SAMPLE_DOCUMENTS, filter=options.filter)
@@ -73,6 +69,24 @@ def packing_for(options: Any, handle: Any, columns: Sequence[str], planned_rows:
             sampled_from=planned_rows,
         )
     return Packing(options.pack_sequences, options.eos_id, options.pad_id, int(blocks))
+
+
+def _check_token_column(handle: Any, columns: Sequence[str]) -> None:
+    """Packing reads exactly one column, of integer lists (variable or fixed size)."""
+    from . import source
+
+    if len(columns) != 1:
+        raise ValueError(
+            f"pack_sequences packs one column of integer lists (token ids), got columns={list(columns)!r}; "
+            "pass columns=[<token column>]"
+        )
+    if not source.is_integer_list(handle, columns[0]):
+        kind = handle.schema.field(columns[0]).type
+        raise ValueError(
+            f"pack_sequences packs a column of integer lists (token ids), but column {columns[0]!r} is "
+            f"{kind}; the accepted types are list, large_list and fixed_size_list of any integer type: "
+            "store the token ids as one of them (pa.list_(pa.int32()), say)"
+        )
 
 
 def estimate_blocks(

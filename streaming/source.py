@@ -247,11 +247,12 @@ def column_names(dataset: Any) -> list[str]:
 
 
 def is_integer_list(dataset: Any, column: str) -> bool:
-    """True when ``column`` holds variable-length lists of integers (token ids)."""
+    """True when ``column`` holds lists of integers (token ids): variable or fixed size."""
     import pyarrow as pa
 
     kind = dataset.schema.field(column).type
-    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type)
+    lists = pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    return lists and pa.types.is_integer(kind.value_type)
 
 
 def list_lengths(dataset: Any, column: str, *, limit: int, filter: str | None) -> np.ndarray:  # noqa: A002

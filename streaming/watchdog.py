@@ -13,18 +13,26 @@ DataLoader raises "worker killed by signal: Aborted" for a worker that had done
 all its work. fork and forkserver children never get there: multiprocessing
 ends them with ``os._exit`` once Python's own shutdown is done. Spawn workers
 are made to end the same way.
+
+A worker the trainer gave up on while it started (SIGINT or an error in the
+trainer as ``iter()`` started its workers) finds the semaphores of its queues
+unlinked as it unpickles them, and would print a ``FileNotFoundError``
+traceback from ``multiprocessing/synchronize.py``: nothing was lost, and it
+ends without a word.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import multiprocessing.spawn
 import multiprocessing.util
 import os
 import sys
 import threading
+from types import TracebackType
 
-__all__ = ["end_like_forked_children", "trainer_alive", "watch_trainer"]
+__all__ = ["end_like_forked_children", "quiet_abandoned_starts", "trainer_alive", "watch_trainer"]
 
 _POLL_SECONDS = 1.0
 _watched: set[int] = set()
@@ -93,3 +101,53 @@ def end_like_forked_children() -> None:
     _ending["armed"] = True
     multiprocessing.util.Finalize(None, _note_outcome, exitpriority=-1000)
     atexit.register(_exit_now)
+
+
+def _abandoned_start(kind: type[BaseException], trace: TracebackType | None) -> bool:
+    """True for an exception a starting worker raised while unpickling what it was sent
+    because its trainer had let go of it: the semaphores it was sent are gone (or a
+    SIGINT meant for the trainer reached it)."""
+    frames = []
+    while trace is not None:
+        frames.append(trace.tb_frame.f_code)
+        trace = trace.tb_next
+    if multiprocessing.spawn._main.__code__ not in frames:
+        return False
+    if issubclass(kind, KeyboardInterrupt):
+        return True
+    return issubclass(kind, FileNotFoundError) and frames[-1].co_filename.endswith("synchronize.py")
+
+
+def _quiet_hook(previous: object) -> object:
+    def hook(kind: type[BaseException], value: BaseException, trace: TracebackType | None) -> None:
+        if not _abandoned_start(kind, trace):
+            previous(kind, value, trace)  # type: ignore[operator]
+
+    hook.quiets_abandoned_starts = True  # type: ignore[attr-defined]
+    return hook
+
+
+def _starting_workers() -> bool:
+    """True in a process that starts workers: a fork server importing its preloaded modules,
+    or a spawned (or fork-server) child still unpickling what it was sent."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        return True
+    serve = getattr(sys.modules.get("multiprocessing.forkserver"), "main", None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if serve is not None and frame.f_code is serve.__code__:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def quiet_abandoned_starts() -> None:
+    """In a process that starts workers, wrap ``sys.excepthook`` so that a worker
+    abandoned by its trainer while it started ends without a traceback (any other
+    exception is printed as before). Elsewhere (the trainer) it does nothing."""
+    if getattr(sys.excepthook, "quiets_abandoned_starts", False) or not _starting_workers():
+        return
+    sys.excepthook = _quiet_hook(sys.excepthook)  # type: ignore[assignment]
+
+
+quiet_abandoned_starts()  # runs as a worker or a fork server imports this module

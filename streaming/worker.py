@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _compat, byvalue, transfer
+from . import _compat, byvalue, outputs, seeding, transfer
 from .progress import SplitProgress
 
 if TYPE_CHECKING:
@@ -53,9 +53,13 @@ class WorkerBatch:
     numpy: bool = False
     parcel: transfer.Parcel | None = None
     packed: bool = False
+    notice: str | None = None
+    """Raised as ``SeededTransformWarning`` in the trainer (see ``seeding``)."""
 
     def unwrap(self) -> Any:
         """The batch as the trainer receives it."""
+        if self.notice is not None:
+            seeding.warn(self.notice)
         if self.packed:
             return byvalue.unpack(self.batch)
         if not self.numpy:
@@ -102,10 +106,11 @@ class ReportingCollate:
         # already the committed one; only worker processes send reports.
         report = None if worker is None else cast("StreamingDataset", worker.dataset)._worker_report()
         if not self.columnar:
+            collated = outputs.collate(self.collate, samples)  # errors name the key and sample
             if worker is None:
-                return WorkerBatch(self.collate(samples), None)
-            batch, packed = byvalue.pack(self.collate(samples))
-            return WorkerBatch(batch, report, packed=packed)
+                return WorkerBatch(collated, None)
+            batch, packed = byvalue.pack(collated)
+            return WorkerBatch(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
         from .assemble import finish, to_tensors
 
         batch = finish(samples, as_numpy=worker is not None)
@@ -145,4 +150,4 @@ class WorkerInit:
             os.environ.clear()
             os.environ.update(self.environment)
         if self.user is not None:
-            self.user(worker_id)
+            seeding.run_user_init(self.user, worker_id)

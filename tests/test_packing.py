@@ -246,3 +246,33 @@ def test_a_packing_state_is_refused_by_other_settings(uri):
     )
     with pytest.raises(ValueError, match=r"checkpoint has packing=.*pack_sequences, eos_id"):
         plain.load_state_dict(state)
+
+
+def token_table(path, tokens_type: pa.DataType) -> str:
+    """40 documents of 5 tokens each, stored as ``tokens_type``."""
+    documents = [document(i, 5) for i in range(40)]
+    tokens = pa.array(documents, pa.list_(pa.int32())).cast(tokens_type)
+    lance.write_dataset(pa.table({"id": pa.array(range(40), pa.int64()), "tokens": tokens}), str(path))
+    return str(path)
+
+
+def test_a_fixed_size_list_token_column_packs_as_the_same_lists_do(tmp_path):
+    fixed = token_table(tmp_path / "fixed.lance", pa.list_(pa.int32(), 5))
+    plain = token_table(tmp_path / "plain.lance", pa.list_(pa.int32()))
+    assert lance.dataset(fixed).schema.field("tokens").type == pa.list_(pa.int32(), 5)
+    fixed_blocks = blocks_of(packed(fixed, blocks=12))
+    assert fixed_blocks == blocks_of(packed(plain, blocks=12))
+    assert len(fixed_blocks) == 12
+    with pytest.warns(PackingEstimateWarning, match="estimated 12 blocks"):  # 40 * 6 tokens / 16
+        packed(fixed, blocks="auto")
+
+
+def test_a_token_column_of_another_type_is_refused_naming_the_type(tmp_path):
+    path = str(tmp_path / "floats.lance")
+    lance.write_dataset(pa.table({"tokens": pa.array([[1.0, 2.0]] * 8, pa.list_(pa.float32()))}), path)
+    with pytest.raises(
+        ValueError,
+        match=r"column 'tokens' is list<item: float>; the accepted types are list, large_list and "
+        r"fixed_size_list of any integer type",
+    ):
+        packed(path, blocks=4)

@@ -3,12 +3,16 @@ and give the same samples, order and resume positions as reading without one."""
 
 from __future__ import annotations
 
+import random
 import threading
+import warnings
 
+import numpy
 import pyarrow as pa
 import pytest
+import torch
 
-from streaming import StreamingDataLoader, StreamingDataset
+from streaming import SeededTransformWarning, StreamingDataLoader, StreamingDataset
 
 from helpers import check_resume_everywhere, ids_of, make_table, plain_transform, take
 
@@ -190,3 +194,56 @@ def test_transform_rngs_draw_the_same_on_every_topology_batch_size_and_resume(sm
 def test_transform_rng_needs_a_transform(small_uri):
     with pytest.raises(ValueError, match=r"transform_rng=True needs a transform="):
         StreamingDataset(small_uri, transform_rng=True)
+
+
+def seed_globals(worker_id: int) -> None:
+    """A ``worker_init_fn`` as torch's docs teach: seed the global generators per worker."""
+    numpy.random.seed(1000 + worker_id)
+    random.seed(1000 + worker_id)
+    torch.manual_seed(1000 + worker_id)
+
+
+def leave_generators_alone(worker_id: int) -> None:
+    """A ``worker_init_fn`` that sets up something else (here: nothing) and seeds nothing."""
+
+
+def global_noise(batch: pa.RecordBatch) -> list[dict[str, int]]:
+    """A transform drawing from numpy's global generator (not reproducible on several threads)."""
+    return [{"id": i, "noise": int(numpy.random.randint(1 << 30))} for i in batch.column("id").to_pylist()]
+
+
+def noise_with(data: StreamingDataset, worker_init_fn) -> dict[int, int]:
+    return noise_of(StreamingDataLoader(data, batch_size=4, num_workers=2, worker_init_fn=worker_init_fn))
+
+
+def test_a_seeding_worker_init_fn_with_several_transform_threads_warns(small_uri):
+    data = StreamingDataset(small_uri, num_splits=4, transform=global_noise, transform_parallelism=2)
+    with pytest.warns(SeededTransformWarning) as caught:
+        assert len(noise_with(data, seed_globals)) == 120
+    message = str(caught[0].message)
+    assert "worker_init_fn test_transforms.seed_globals seeded the global random generators" in message
+    assert "test_transforms.global_noise runs on 2 threads" in message
+    assert "Pass transform_rng=True" in message and "or transform_parallelism=1" in message
+
+
+@pytest.mark.parametrize(
+    ("transform", "settings", "worker_init_fn"),
+    [
+        (global_noise, {"transform_parallelism": 1}, seed_globals),  # one thread: draws in row order
+        (Noise(), {"transform_parallelism": 2, "transform_rng": True}, seed_globals),
+        (global_noise, {"transform_parallelism": 2}, leave_generators_alone),
+    ],
+    ids=["one-thread", "transform_rng", "not-seeding"],
+)
+def test_no_seeding_warning_when_the_draws_are_reproducible_or_nothing_was_seeded(
+    small_uri, transform, settings, worker_init_fn
+):
+    def run() -> dict[int, int]:
+        data = StreamingDataset(small_uri, num_splits=4, transform=transform, **settings)
+        return noise_with(data, worker_init_fn)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = run()
+    if worker_init_fn is seed_globals:  # and so reproducible
+        assert run() == first
