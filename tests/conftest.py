@@ -5,12 +5,14 @@ A test that leaves an entry in ``/dev/shm`` that no live process maps or holds o
 remove it) fails at its teardown, naming the entries; the session fails too if any
 such entry, new since it started, is left at its end (with the test it appeared in).
 Entries some live process still uses are not leftovers: a running iterator's
-queues, or another job's on a shared machine.
+queues, or another job's on a shared machine; nor are those removed within
+``GRACE_SECONDS`` (by the resource tracker of a process that just exited).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,9 @@ import pytest
 from helpers import make_table
 
 SHM = Path("/dev/shm")
+GRACE_SECONDS = 3.0
+"""How long an unused entry may take to go: a process that just exited has no mapping
+left, and its resource tracker removes its semaphores a moment later."""
 
 # name -> (fragment sizes, deleted ids)
 SHAPES = {
@@ -79,14 +84,24 @@ def _inodes_in_use() -> set[int]:
     return inodes
 
 
-def shm_leftovers(names: set[str]) -> list[str]:
-    """Those of ``names`` still in ``/dev/shm`` that no live process maps or holds open."""
+def _unused(names: set[str]) -> list[str]:
     present = {name: _inode(SHM / name) for name in names}
     present = {name: inode for name, inode in present.items() if inode is not None}
     if not present:
         return []
     used = _inodes_in_use()
     return sorted(name for name, inode in present.items() if inode not in used)
+
+
+def shm_leftovers(names: set[str], *, grace: float = GRACE_SECONDS) -> list[str]:
+    """Those of ``names`` still in ``/dev/shm`` that no live process maps or holds open,
+    and that nobody removes within ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    left = _unused(names)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling files with a deadline, not a guess at timing
+        left = _unused(set(left))
+    return left
 
 
 class ShmWatch:
