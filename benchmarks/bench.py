@@ -70,6 +70,19 @@ QUICK = Sizes(
     quick=True,
 )
 
+SMOKE = dataclasses.replace(
+    QUICK,
+    rows=4_000,
+    cap_s=1.0,
+    startup_small=5_000,
+    startup_large=20_000,
+    memory_factor=2,
+    mixing_rows=8_000,
+    mixing_labels=20,
+    resume_repeats=1,
+)
+"""``--smoke``: the test suite's sizes (every measurement runs once, on the smallest tables)."""
+
 
 def parse_args(argv: list[str]) -> tuple[Sizes, Path]:
     """Sizes and output path from the command line."""
@@ -79,9 +92,10 @@ def parse_args(argv: list[str]) -> tuple[Sizes, Path]:
     parser.add_argument("--seconds", type=float, help="steady-state time cap per contender (15; --quick 3)")
     parser.add_argument("--repeats", type=int, help="throughput rounds, median reported (3; --quick 1)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, well under a minute")
+    parser.add_argument("--smoke", action="store_true", help="smaller still: does every measurement run?")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="Markdown output")
     args = parser.parse_args(argv)
-    sizes = QUICK if args.quick else Sizes()
+    sizes = SMOKE if args.smoke else QUICK if args.quick else Sizes()
     overrides = {
         "rows": args.rows,
         "fragments": args.fragments,

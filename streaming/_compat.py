@@ -19,6 +19,7 @@ from typing import Any
 
 __all__ = [
     "delivering_workers",
+    "forget_queue_names",
     "forget_semaphore_names",
     "forkserver_preload",
     "intercept_receive",
@@ -46,10 +47,21 @@ def pin_memory(data: Any, device: str | None = None) -> Any:
 def shutdown_workers(iterator: Any) -> None:
     """``_MultiProcessingDataLoaderIter._shutdown_workers``: stop a DataLoader iterator's
     worker processes now, not when the iterator is garbage-collected (its ``__del__``
-    calls the same method). A single-process iterator has none and is left alone."""
+    calls the same method). A single-process iterator has none and is left alone.
+
+    Once every worker has ended, the names of the iterator's queue semaphores leave
+    ``/dev/shm`` too (``forget_queue_names``): no process opens them any more, and an
+    iterator closed before all its workers delivered (by ``iter()`` again, ``set_epoch``,
+    an exception) may stay referenced, so a later SIGKILL of the whole job would leave
+    them behind.
+    """
     shutdown = getattr(iterator, "_shutdown_workers", None)
-    if shutdown is not None:
-        shutdown()
+    if shutdown is None:
+        return
+    shutdown()
+    workers = worker_processes(iterator)
+    if workers and not any(worker.is_alive() for worker in workers):
+        forget_queue_names(iterator)
 
 
 def worker_processes(iterator: Any) -> list[Any]:
@@ -146,6 +158,16 @@ def queue_semaphores(iterator: Any) -> list[Any]:
     for root in roots:
         _semaphores_in(root, 3, found)
     return list(found.values())
+
+
+def forget_queue_names(iterator: Any) -> int:
+    """``forget_semaphore_names`` of ``queue_semaphores(iterator)``, once per iterator (a
+    second call removes nothing: a name unlinked once may by then be another process's).
+    Call it only once every worker of the iterator has opened them, or has ended."""
+    if getattr(iterator, "_ls_queue_names_forgotten", False):
+        return 0
+    iterator._ls_queue_names_forgotten = True
+    return forget_semaphore_names(queue_semaphores(iterator))
 
 
 def _stdlib_unlinkers(names: set[str]) -> dict[str, Any]:

@@ -18,7 +18,9 @@ Every wait of the iterator for a worker's message goes through ``Supervisor``
   died, no process will open them again: the names are removed then. Any message
   counts (a batch, an error, the end of its splits), so a worker with nothing to
   deliver does not keep the names; the trainer learns of a worker's
-  ``worker_init_fn`` only through such a message anyway.
+  ``worker_init_fn`` only through such a message anyway. An iterator closed
+  before that removes them when its workers have stopped
+  (``_compat.shutdown_workers``).
 
 Pure bookkeeping on top of ``_compat``; the data and its order are not touched.
 """
@@ -109,7 +111,7 @@ class Supervisor:
         self._unheard.discard(_compat.sender(iterator, message))
         self._unheard = {worker for worker in self._unheard if self._workers[worker].is_alive()}
         if not self._unheard:
-            _compat.forget_semaphore_names(_compat.queue_semaphores(iterator))
+            _compat.forget_queue_names(iterator)
 
 
 def supervise(iterator: Any, *, description: str) -> Supervisor:

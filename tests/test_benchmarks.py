@@ -41,10 +41,11 @@ KEPT = (
 
 
 def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
+    """``--smoke``: every measurement of ``--quick`` once, on smaller tables."""
     out = tmp_path / "b.md"
     out.write_text("# old\n\n" + KEPT + "\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.bench", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -95,7 +96,7 @@ def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
 
 def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     """Tiny tables, k=0 only (workers take seconds to start): every case measured, ratios printed."""
-    args = ("--rows", "256", "--image-rows", "128", "--workers", "0", "--seconds", "3")
+    args = ("--rows", "64", "--image-rows", "64", "--workers", "0", "--seconds", "1")
     text, stdout = run_section(tmp_path, "transforms", *args)
     probes = [line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" in line]
     assert [line.split("|")[2].strip() for line in probes] == ["peer, k=0", "ours, k=0"] * 2, probes

@@ -4,8 +4,10 @@ The rule: every fenced block opened with a line that is exactly ```` ```python `
 in ``docs/*.md`` is a complete script, and runs on its own in a fresh process (as
 ``example.py`` in an empty folder, so worker processes can re-import it), unless its
 first line is ``# not run``. Examples build their own tiny tables in temporary
-folders. Other fences (``bash``, ``text``) are not run; the command line they show
-is tested by ``test_cli.py``. README.md's examples run the same way.
+folders. The example of a page in ``RUN_ELSEWHERE`` runs in the test named there
+instead (once, with more checks), not here. Other fences (``bash``, ``text``) are
+not run; the command line they show is tested by ``test_cli.py``. README.md's
+examples run the same way.
 
 The site itself is built with warnings as errors by ``scripts/test.sh``.
 """
@@ -50,6 +52,10 @@ def examples() -> list[pytest.param]:
 
 
 EXAMPLES = examples()
+RUN_ELSEWHERE = {
+    # its two-node job runs once, there, with what every rank trained checked too
+    "multinode.md": "tests/test_multinode.py::test_a_killed_rank_and_torchrun_restarts_both_nodes",
+}
 
 
 def test_the_docs_have_examples():
@@ -65,7 +71,17 @@ def test_the_docs_have_examples():
         assert page in pages, f"{page} has no runnable python example"
 
 
-@pytest.mark.parametrize(("page", "line", "code"), EXAMPLES)
+def test_examples_run_elsewhere_are_run_there():
+    for page, test in RUN_ELSEWHERE.items():
+        path, name = test.split("::")
+        source = (DOCS.parent / path).read_text()
+        assert f"def {name}(" in source and f'param.values[0] == "{page}"' in source, (
+            f"{test} must run the example of docs/{page}"
+        )
+        assert len([param for param in EXAMPLES if param.values[0] == page]) == 1, page
+
+
+@pytest.mark.parametrize(("page", "line", "code"), [p for p in EXAMPLES if p.values[0] not in RUN_ELSEWHERE])
 def test_example_runs(page, line, code, tmp_path):
     script = tmp_path / "example.py"
     script.write_text(code)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import lance
 import pytest
+import test_docs
 
 from benchmarks.s3 import make_bucket, moto_server
 from streaming import StreamingDataset, TorchrunStoreWarning, torchrun
@@ -32,6 +33,8 @@ from streaming import StreamingDataset, TorchrunStoreWarning, torchrun
 from helpers import ids_of, make_table, table_data
 
 RANK_SCRIPT = Path(__file__).with_name("multinode_rank.py")
+RANK_LOG = Path(__file__).with_name("rank_log")  # its sitecustomize.py logs what each rank trains
+ROOT = Path(__file__).parents[1]
 KEY_ID, SECRET = "AKIAMULTINODEID", "multinode-secret"
 NUM_SPLITS, BATCH, ROWS = 8, 4, 330  # 4 ranks: 20 steps of 16 samples; 2 ranks: 8 samples a step
 
@@ -109,7 +112,7 @@ def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: 
             "LS_S3_ENDPOINT": s3["aws_endpoint"],
             "LS_S3_KEY_ID": KEY_ID,
             "LS_S3_SECRET": SECRET,
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # a fresh store for every attempt (see the docs)
             **extra,
         }
@@ -146,11 +149,16 @@ def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: 
                 agent.kill()
                 agent.wait()
             log.close()
+    wait_for_the_job_to_end(token)
+    return [agent.returncode for agent in agents], shared
+
+
+def wait_for_the_job_to_end(token: str) -> None:
+    """Every process of the job (its environment holds ``LS_JOB=token``) ends within 30 s."""
     deadline = time.monotonic() + 30  # orphaned DataLoader workers notice their rank is gone
     while job_processes(token) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not job_processes(token), "processes of the job outlived it"
-    return [agent.returncode for agent in agents], shared
 
 
 def agent_logs(root: Path) -> str:
@@ -190,17 +198,37 @@ def check_exactly_once(found: list[dict], expected: Counter) -> None:
     assert delivered == expected, "the epoch is not exactly once across the restarts"
 
 
-def test_a_killed_rank_and_torchrun_restarts_both_nodes(uri, s3, tmp_path):
-    """2 nodes x 2 ranks x 2 workers; rank 1 is SIGKILLed after step 9; with
-    --max-restarts=1 both agents restart their workers, which resume from the
-    checkpoint of step 8 and finish the epoch exactly, on the same 4 ranks."""
+def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path):
+    """The example of docs/multinode.md, run unchanged (here only: ``test_docs.py`` leaves
+    it to this test): 2 nodes x 2 ranks x 2 workers, the table on a local S3 server; rank 1
+    SIGKILLs itself after step 9; with --max-restarts=1 both agents restart their workers,
+    which resume from the checkpoint of step 8 and finish the epoch exactly, on the same 4
+    ranks. ``rank_log/sitecustomize.py`` logs what every rank trained."""
+    ((page, line, code),) = [
+        param.values for param in test_docs.EXAMPLES if param.values[0] == "multinode.md"
+    ]
+    (tmp_path / "example.py").write_text(code)
+    (tmp_path / "tmp").mkdir()
+    log, token = tmp_path / "log", uuid.uuid4().hex
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp_path / "tmp"),
+        "LS_JOB": token,
+        "LS_RANK_LOG": str(log),
+        "PYTHONPATH": os.pathsep.join([str(RANK_LOG), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     before = shm_segments()
-    codes, shared = run_job(uri, s3, tmp_path, nnodes="2", node_env=[{}, {}], kill_rank=1, kill_at=9)
-    assert codes == [0, 0], agent_logs(tmp_path)
-    found = attempts(shared)
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, (
+        f"the example at docs/{page} line {line} failed:\n{done.stdout}\n{done.stderr}"
+    )
+    wait_for_the_job_to_end(token)
+    found = attempts(log)
     assert [(attempt["step"], attempt["world_size"]) for attempt in found] == [(0, 4), (8, 4)]
     assert max(len(records) for records in found[0]["ranks"].values()) >= 9, "killed before step 9"
-    check_exactly_once(found, planned(uri, s3))
+    check_exactly_once(found, Counter(range(320)))  # the example's table: ids 0 to 319
     assert shm_segments() <= before, "shared memory left behind"
 
 

@@ -7,6 +7,8 @@
   DataLoader ``timeout``, and ``iter()`` again continues exactly.
 - Ordinary ends (superseded iterators, exceptions, a whole epoch, interpreter exit)
   leave nothing behind and print no warning.
+- An iterator closed before its workers delivered (``iter()`` again, ``set_epoch``)
+  removes its queues' semaphore names at once, though it is still referenced.
 
 Start methods: the loader's default (forkserver) and spawn.
 """
@@ -24,8 +26,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from mixtures import make_tables, mixture
 
-from streaming import StreamingDataLoader, StreamingDataset
+from streaming import StreamingDataLoader, StreamingDataset, _compat
 
 from helpers import ids_of, make_table, plain_transform
 
@@ -179,3 +182,36 @@ def test_a_killed_worker_is_named_at_once_and_iter_continues_exactly(
     assert waited < TORCH_CHECK_SECONDS - 1, f"the dead worker was noticed after {waited:.1f} s"
     rest = [i for batch in loader for i in batch["id"].tolist()]  # iter() again
     assert Counter(seen + rest) == planned, "a restart after the dead worker lost or repeated samples"
+
+
+def semaphore_files(iterator) -> list[str]:
+    """The ``/dev/shm`` files of the named semaphores of a loader iterator's queues."""
+    names = [lock._semlock.name for lock in _compat.queue_semaphores(iterator._batches)]
+    return [f"/dev/shm/sem.{name.lstrip('/')}" for name in names if name is not None]
+
+
+@pytest.mark.parametrize("closed_by", ["iter", "set_epoch"])
+def test_an_iterator_closed_before_its_workers_delivered_leaves_no_semaphore_name(uri, tmp_path, closed_by):
+    """Found by a Lightning resume (issue 25): an iterator that ``set_epoch`` (or ``iter()``
+    again) closes before every worker has sent a batch kept its queues' semaphore names
+    while it stayed referenced (a framework holds it), so a SIGKILL of the whole job then
+    left 8 + 3k ``sem.mp-*`` files. Once its workers have stopped, nobody opens them."""
+    if closed_by == "iter":
+        loader = StreamingDataLoader(dataset(uri), batch_size=8, num_workers=2)
+        expected = Counter(ids_of(dataset(uri)))
+    else:
+        data = mixture(make_tables(tmp_path), stop="first_exhausted")
+        loader = StreamingDataLoader(data, batch_size=data.batch_size, num_workers=2)
+    first = iter(loader)
+    files = semaphore_files(first)
+    assert len(files) == 8 + 3 * 2 and all(os.path.exists(file) for file in files), files
+    if closed_by == "iter":
+        rest = [i for batch in loader for i in batch["id"].tolist()]  # supersedes the first
+        assert Counter(rest) == expected, "the next iterator lost or repeated samples"
+    else:
+        loader.set_epoch(1)
+        assert len(list(loader)) > 0, "the next epoch's iterator delivers"
+        with pytest.raises(RuntimeError, match="closed by set_epoch"):
+            next(first)
+    left = [file for file in files if os.path.exists(file)]
+    assert not left, f"a closed iterator, still referenced, keeps {len(left)} semaphore names: {left}"
