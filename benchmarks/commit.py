@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from streaming.ledger import Ledger
-from streaming.progress import SplitProgress, fresh
+from streaming.core.ledger import Ledger
+from streaming.core.progress import SplitProgress, fresh
 
 BATCH = 256
 

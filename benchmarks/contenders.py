@@ -252,7 +252,14 @@ def run_sustained(sustained: Sustained, table: TableRef, caps: Caps, *, passes: 
 
 def preload() -> None:
     """Import what the contenders use, as a trainer would have before its first batch."""
-    for name in ("torch", "lance", "lance.torch.data", "lancedb", "lancedb.streaming", "streaming.loader"):
+    for name in (
+        "torch",
+        "lance",
+        "lance.torch.data",
+        "lancedb",
+        "lancedb.streaming",
+        "streaming.loader.loader",
+    ):
         importlib.import_module(name)
 
 

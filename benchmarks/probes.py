@@ -29,7 +29,7 @@ def _mib(kib: int) -> float:
 
 def _import_libraries() -> None:
     """Import torch, pyarrow, Lance and our loader before the baseline, as a trainer would have."""
-    for name in ("torch", "pyarrow", "lance", "streaming.loader"):
+    for name in ("torch", "pyarrow", "lance", "streaming.loader.loader"):
         importlib.import_module(name)
 
 

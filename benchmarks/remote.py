@@ -135,7 +135,7 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
 
 
 def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    from streaming.profiles import PROFILES
+    from streaming.core.profiles import PROFILES
 
     local, remote = PROFILES["local"], PROFILES["remote"]
     found = {

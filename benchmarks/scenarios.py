@@ -17,7 +17,7 @@ from .tables import TableRef
 
 def plan_timing(*, fragments: int, rows_per_fragment: int, repeats: int) -> dict[str, float]:
     """Median seconds to build the pure plan (S=64, shuffled) and to compute one window read."""
-    from streaming.plan import EpochPlan, PlanSettings, window_rows_for
+    from streaming.core.plan import EpochPlan, PlanSettings, window_rows_for
 
     settings = PlanSettings(
         num_splits=64,

@@ -141,7 +141,7 @@ class PeakSampler:
 
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh interpreter: time to the first batch, peak tree RSS then and over ``PEAK_BATCHES``."""
-    for name in ("torch", "lance", "lancedb", "lancedb.streaming", "streaming.loader", "PIL.Image"):
+    for name in ("torch", "lance", "lancedb", "lancedb.streaming", "streaming.loader.loader", "PIL.Image"):
         __import__(name)
     handle = TableRef(**spec["table"]).open()  # both loaders get the LanceDB table
     baseline = tree_rss_kib()

@@ -1,7 +1,7 @@
 """Stream a Lance table into PyTorch with exact, elastic checkpoint/resume.
 
-Public names are imported lazily, so ``import streaming.plan`` or
-``import streaming.state`` loads neither torch nor Lance.
+Public names are imported lazily, so ``import streaming.core.plan`` or
+``import streaming.state.format`` loads neither torch nor Lance.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .dataset import StreamingDataset
+    from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
         EpochCompleteWarning,
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
-    from .loader import StreamingDataLoader
-    from .mixture import StreamingMixture
+    from .loader.loader import StreamingDataLoader
+    from .mixture.mixture import StreamingMixture
 
 __all__ = [
     "EpochCompleteWarning",
@@ -53,9 +53,9 @@ _HOMES = {
     "PackingEstimateWarning": ".errors",
     "SeededTransformWarning": ".errors",
     "SnapshotGoneError": ".errors",
-    "StreamingDataLoader": ".loader",
-    "StreamingDataset": ".dataset",
-    "StreamingMixture": ".mixture",
+    "StreamingDataLoader": ".loader.loader",
+    "StreamingDataset": ".dataset.dataset",
+    "StreamingMixture": ".mixture.mixture",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "TorchrunStoreWarning": ".errors",

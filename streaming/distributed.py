@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from .dataset import StreamingDataset
-from .mixture import StreamingMixture
+from .dataset.dataset import StreamingDataset
+from .mixture.mixture import StreamingMixture
 
 __all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import streaming.source
+import streaming.read.source
 from streaming import StreamingDataLoader, StreamingDataset
 
 scans = 0
-original = streaming.source.build_filter_index
+original = streaming.read.source.build_filter_index
 
 
 def counted(*args, **kwargs):
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--version-on-rank1", type=int, default=None)
     parser.add_argument("--seed-on-rank1", type=int, default=4)
     args = parser.parse_args()
-    streaming.source.build_filter_index = counted
+    streaming.read.source.build_filter_index = counted
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{args.port}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streaming.plan import EpochPlan
+from streaming.core.plan import EpochPlan
 
 
 def window_rows_order(plan: EpochPlan, split: int, window: int) -> np.ndarray:

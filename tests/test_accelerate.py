@@ -15,7 +15,7 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from accelerate.utils import set_seed
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.frameworks import ACCELERATE_FLAGS
+from streaming.loader.frameworks import ACCELERATE_FLAGS
 
 from helpers import make_table
 

@@ -52,7 +52,7 @@ def test_constructor_takes_the_peers_keywords_with_the_same_defaults():
 
 def test_pure_modules_import_neither_torch_nor_lance():
     code = (
-        "import sys, streaming.plan, streaming.state, streaming.merge;"
+        "import sys, streaming.core.plan, streaming.state.format, streaming.state.merge;"
         "print(sorted(m for m in ('torch', 'lance', 'lancedb') if m in sys.modules))"
     )
     out = subprocess.run(

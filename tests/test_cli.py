@@ -21,7 +21,7 @@ from reference import locate
 
 from streaming import StreamingDataset
 from streaming.cli.plan import _fragments_of_split
-from streaming.plan import EpochPlan, PlanSettings
+from streaming.core.plan import EpochPlan, PlanSettings
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, take
 

@@ -122,7 +122,7 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
 
 
 def slot_segments() -> set[str]:
-    """Names of ``streaming.transfer`` segments in /dev/shm."""
+    """Names of ``streaming.loader.transfer`` segments in /dev/shm."""
     return {name for name in os.listdir("/dev/shm") if name.startswith("lsr")}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.ledger import Ledger
-from streaming.progress import SplitProgress
+from streaming.core.ledger import Ledger
+from streaming.core.progress import SplitProgress
 
 SPLITS = 6
 TOTAL = 12

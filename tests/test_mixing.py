@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.mixing import STOP_RULES, Schedule, normalise_weights, split_counts
-from streaming.mixstate import MixtureState, merge_mixture_states
+from streaming.mixture.schedule import STOP_RULES, Schedule, normalise_weights, split_counts
+from streaming.mixture.state import MixtureState, merge_mixture_states
 
 STEPS = 120
 

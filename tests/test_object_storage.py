@@ -18,7 +18,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning, source
-from streaming.profiles import PROFILES, sized
+from streaming.core.profiles import PROFILES, sized
 
 from helpers import ids_of, json_roundtrip, table_data, take
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import locate, window_rows_order
 
-from streaming.plan import (
+from streaming.core.plan import (
     EpochPlan,
     PlanSettings,
     WindowRead,
@@ -205,7 +205,7 @@ def test_window_rows_formula():
 
 def test_digest_is_stable_across_processes():
     """Python's hash() is salted per process; the plan's digest must not be."""
-    code = "from streaming.plan import digest; print(digest('fragment', 3, 0, 1))"
+    code = "from streaming.core.plan import digest; print(digest('fragment', 3, 0, 1))"
     values = {
         subprocess.run(
             [sys.executable, "-c", code],

@@ -9,9 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streaming import StreamingDataset, source
-from streaming.options import Options
-from streaming.plan import window_rows_for
-from streaming.profiles import BLOCK_BYTES, BLOCK_ROWS_RANGE, PROFILES, choose_profile, profile_for, sized
+from streaming.core.options import Options
+from streaming.core.plan import window_rows_for
+from streaming.core.profiles import (
+    BLOCK_BYTES,
+    BLOCK_ROWS_RANGE,
+    PROFILES,
+    choose_profile,
+    profile_for,
+    sized,
+)
 
 from helpers import make_table
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset, source
-from streaming.rows import Rows
+from streaming.read.rows import Rows
 
 from helpers import json_roundtrip, make_table
 

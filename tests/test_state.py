@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streaming import SnapshotGoneError, StreamingDataset, TableMovedWarning, UnownedSplitsWarning
-from streaming.merge import merge_states
-from streaming.state import parse_state
+from streaming.state.format import parse_state
+from streaming.state.merge import merge_states
 
 from helpers import ids_of, json_roundtrip, live_ids, make_table, table_data, take
 

@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset, transfer
-from streaming.loader import _PRELOAD
+from streaming.loader.loader import _PRELOAD
 
 from helpers import make_table
 

@@ -26,7 +26,7 @@ def read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], s
     Returns the state and where it was found in the file (``None``: the file is the
     state). Raises ``ValueError`` for a file without exactly one usable state.
     """
-    from ..state import parse_state
+    from ..state.format import parse_state
 
     container = _load_file(path)
     where = key if key is not None else _locate_state(container, path)
@@ -35,7 +35,7 @@ def read_state(path: Path, *, key: str | None = None) -> tuple[dict[str, Any], s
         raise ValueError(f"{path}: the state at {where!r} is a {type(state).__name__}, not a dict")
     try:
         if state.get("kind") == "mixture":
-            from ..mixstate import MixtureState
+            from ..mixture.state import MixtureState
 
             MixtureState.from_dict(state)
         else:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int | None, str]:
     """L of the snapshot the state pins, found by loading the state; else why not."""
-    from ..dataset import StreamingDataset
+    from ..dataset.dataset import StreamingDataset
 
     plan, options = state["plan"], storage_options(args.storage_option)  # a bad option fails
     try:
@@ -81,7 +81,7 @@ def _packing_keywords(state: dict[str, Any]) -> dict[str, Any]:
     packing = state.get("packing")
     if packing is None:
         return {}
-    from ..state import PACKING_SETTINGS
+    from ..state.format import PACKING_SETTINGS
 
     return {name: packing[name] for name in PACKING_SETTINGS}
 

@@ -11,12 +11,12 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Merge the states of every rank of a run into one JSON state."""
-    from ..dataset import StreamingDataset
+    from ..dataset.dataset import StreamingDataset
     from ..distributed import save_state_dict
 
     states = [read_state(path, key=args.key)[0] for path in args.states]
     if states[0].get("kind") == "mixture":
-        from ..mixture import StreamingMixture
+        from ..mixture.mixture import StreamingMixture
 
         merged = StreamingMixture.merge_state_dicts(states)
         save_state_dict(merged, args.output)

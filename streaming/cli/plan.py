@@ -12,8 +12,8 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Print the epoch plan of a table and what a topology would get of it."""
-    from ..dataset import StreamingDataset
-    from ..plan import worker_splits
+    from ..core.plan import worker_splits
+    from ..dataset.dataset import StreamingDataset
 
     if args.num_workers < 0:
         raise ValueError(f"--num-workers must be 0 or more, got {args.num_workers}")
@@ -39,7 +39,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _print_splits(dataset: Any, *, filtered: bool, show_all: bool) -> None:
-    plan = dataset.plan  # streaming.plan.EpochPlan: the pure numbers of this epoch
+    plan = dataset.plan  # streaming.core.plan.EpochPlan: the pure numbers of this epoch
     total, length, num_splits = plan.total_rows, plan.split_length, dataset.num_splits
     surplus = total - num_splits * length
     kind = "live rows matching the filter" if filtered else "live rows"
@@ -74,7 +74,7 @@ def _fragments_of_split(plan: Any, split: int) -> list[int]:
 
 
 def _print_topology(dataset: Any, *, num_workers: int, show_all: bool) -> None:
-    from ..plan import rank_splits, worker_splits
+    from ..core.plan import rank_splits, worker_splits
 
     world_size, length = dataset.world_size, dataset.split_length
     per_rank = dataset.num_splits // world_size

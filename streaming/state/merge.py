@@ -12,9 +12,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import TableMovedWarning, UnownedSplitsWarning
-from .progress import SplitProgress
-from .state import StreamState, parse_state, plan_differences
+from ..core.progress import SplitProgress
+from ..errors import TableMovedWarning, UnownedSplitsWarning
+from .format import StreamState, parse_state, plan_differences
 
 __all__ = ["merge_states"]
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from torch.utils.data import DataLoader, default_collate
 
-from . import _compat, outputs
-from .assemble import finish
-from .lifecycle import Guarded
-from .loader import (
+from .. import _compat
+from ..core.lifecycle import Guarded
+from ..loader import outputs
+from ..loader.loader import (
     _PRELOAD,
     _PRELOAD_HERE,
     StreamingDataLoader,
@@ -28,13 +28,15 @@ from .loader import (
     _numbers,
     _start_method,
 )
+from ..loader.supervisor import supervise
+from ..loader.worker import WorkerInit
+from ..read.assemble import finish
 from .mixture import StreamingMixture
-from .supervisor import supervise
-from .worker import WorkerInit
 
 __all__ = ["MixtureLoader"]
 
 
+@StreamingDataLoader.serves(StreamingMixture)
 class MixtureLoader(StreamingDataLoader):
     """``StreamingDataLoader`` over a ``StreamingMixture`` (built by ``StreamingDataLoader``)."""
 

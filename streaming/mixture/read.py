@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .mixing import Segment, Step
-from .plan import digest
-from .reader import SplitReaders, Window, open_readers
-from .rows import Rows
-from .transformed import TransformedRows
+from ..core.plan import digest
+from ..read.reader import SplitReaders, Window, open_readers
+from ..read.rows import Rows
+from ..read.transformed import TransformedRows
+from .schedule import Segment, Step
 
 if TYPE_CHECKING:
-    from .dataset import StreamingDataset
+    from ..dataset.dataset import StreamingDataset
 
 __all__ = ["RankStream", "batch_columns"]
 

@@ -9,26 +9,30 @@ import pickle
 import sys
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from torch.utils.data import DataLoader, Sampler, default_collate, default_convert
 
-from . import _compat, frameworks, stats, transfer
-from .dataset import StreamingDataset
-from .lifecycle import Guarded
-from .plan import worker_splits
+from .. import _compat
+from ..core import stats
+from ..core.lifecycle import Guarded
+from ..core.plan import worker_splits
+from ..dataset.dataset import StreamingDataset
+from . import frameworks, transfer
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
 __all__ = ["StreamingDataLoader"]
 
+_Loader = TypeVar("_Loader", bound="StreamingDataLoader")
+
 _SAFE_METHODS = ("forkserver", "spawn")
 _LEN_COUNTS = ("auto", "remaining", "epoch")
 
 
-_PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader")
+_PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader.loader")
 """What the fork server imports once for every worker; never Lance (not fork-safe once
-loaded), which ``streaming.loader`` does not import."""
+loaded), which ``streaming.loader.loader`` does not import."""
 
 _PRELOAD_HERE = sys.platform.startswith("linux")
 """Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
@@ -205,16 +209,27 @@ class StreamingDataLoader(DataLoader[Any]):
     _is_accelerate_prepared = frameworks.ACCELERATE_FLAGS["_is_accelerate_prepared"]
     use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
 
+    _SERVED: ClassVar[dict[type, type[StreamingDataLoader]]] = {}
+    """Loader classes for other iterables (a mixture's), registered with ``serves``."""
+
+    @classmethod
+    def serves(cls, kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
+        """Class decorator: ``StreamingDataLoader(x, ...)`` builds the decorated class
+        when ``x`` is a ``kind`` (same arguments); the base never imports it."""
+
+        def register(loader: type[_Loader]) -> type[_Loader]:
+            StreamingDataLoader._SERVED[kind] = loader
+            return loader
+
+        return register
+
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
-        """A ``StreamingMixture`` gets the mixture's loader (same arguments)."""
+        """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
         del args, kwargs
         if cls is StreamingDataLoader:
-            from .mixture import StreamingMixture
-
-            if isinstance(dataset, StreamingMixture):
-                from .mixloader import MixtureLoader
-
-                return super().__new__(MixtureLoader)
+            for kind, loader in StreamingDataLoader._SERVED.items():
+                if isinstance(dataset, kind):
+                    return super().__new__(loader)
         return super().__new__(cls)
 
     def __init__(

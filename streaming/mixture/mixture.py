@@ -11,20 +11,17 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _compat, source, watchdog
-from .dataset import StreamingDataset
-from .errors import EpochCompleteWarning
-from .lifecycle import LiveSlot, Samples
-from .mixcheck import (
-    check_batch,
-    check_columns,
-    check_fits,
-    check_names,
-    check_seed,
-    check_sources,
-    check_unit,
-)
-from .mixing import (
+from .. import _compat
+from ..core.lifecycle import LiveSlot, Samples
+from ..core.options import as_epoch
+from ..core.progress import SplitProgress
+from ..dataset import watchdog
+from ..dataset.dataset import StreamingDataset
+from ..errors import EpochCompleteWarning
+from ..read import source
+from .checks import check_batch, check_columns, check_fits, check_names, check_seed, check_sources, check_unit
+from .read import RankStream, batch_columns
+from .schedule import (
     STOP_RULES,
     MixPosition,
     Schedule,
@@ -33,11 +30,8 @@ from .mixing import (
     normalise_weights,
     split_counts,
 )
-from .mixread import RankStream, batch_columns
-from .mixstate import MixtureState, check_settings, merge_mixture_states, weights_differ
-from .mixstate import check_sources as check_saved_sources
-from .options import as_epoch
-from .progress import SplitProgress
+from .state import MixtureState, check_settings, merge_mixture_states, weights_differ
+from .state import check_sources as check_saved_sources
 
 __all__ = ["StreamingMixture"]
 

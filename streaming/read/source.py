@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import SnapshotGoneError
-from .profiles import PROFILES
+from ..core.profiles import PROFILES
+from ..errors import SnapshotGoneError
 
 __all__ = [
     "FilterIndex",

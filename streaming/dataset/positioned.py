@@ -13,17 +13,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from . import source
-from .ledger import Ledger
-from .lifecycle import LiveSlot
-from .merge import merge_states
-from .options import Options
-from .plan import EpochPlan
-from .progress import Mark, SplitProgress, fresh
-from .state import StreamState, check_compatible
+from ..core.ledger import Ledger
+from ..core.lifecycle import LiveSlot
+from ..core.options import Options
+from ..core.plan import EpochPlan
+from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
+from ..read import source
+from ..read.view import TableView, open_view
+from ..state.format import StreamState, check_compatible
+from ..state.merge import merge_states
 from .topology import agree
-from .view import TableView, open_view
-from .worker import WorkerReport
 
 __all__ = ["PositionedDataset"]
 
@@ -79,7 +78,7 @@ class PositionedDataset:
 
     @property
     def plan(self) -> EpochPlan:
-        """This epoch's plan (``streaming.plan.EpochPlan``): which row sits at each position."""
+        """This epoch's plan (``streaming.core.plan.EpochPlan``): which row sits at each position."""
         return self._view.plan
 
     @property

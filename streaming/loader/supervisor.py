@@ -33,7 +33,7 @@ import time
 import weakref
 from typing import Any
 
-from . import _compat
+from .. import _compat
 
 __all__ = ["CHECK_SECONDS", "DEATH_SECONDS", "Supervisor", "supervise"]
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .mixcheck import close_names
-from .mixing import STOP_RULES, MixPosition, SourcePosition
-from .state import Check, check_fields, is_int, non_negative
+from ..state.format import Check, check_fields, is_int, non_negative
+from .checks import close_names
+from .schedule import STOP_RULES, MixPosition, SourcePosition
 
 __all__ = [
     "MIXTURE_FORMAT",

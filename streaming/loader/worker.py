@@ -11,31 +11,20 @@ batch that was prefetched and never handed over is never counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from . import _compat, byvalue, outputs, seeding, transfer
-from .progress import SplitProgress
+from .. import _compat
+from ..core.progress import WorkerReport
+from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
-    from .dataset import StreamingDataset
+    from ..dataset.dataset import StreamingDataset
 
-__all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit", "WorkerReport"]
-
-
-@dataclass(frozen=True)
-class WorkerReport:
-    """The progress of the splits one worker owns, after the samples of one batch."""
-
-    worker: int
-    pid: int
-    progress: Mapping[int, SplitProgress]
-    counters: dict[str, float]
-    group: tuple[int, int] = (0, 1)
-    """(split group served, number of groups): which of the rank's k shares of splits."""
+__all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
 
 
 @dataclass(frozen=True)
@@ -64,7 +53,7 @@ class WorkerBatch:
             return byvalue.unpack(self.batch)
         if not self.numpy:
             return self.batch
-        from .assemble import to_tensors
+        from ..read.assemble import to_tensors
 
         batch = self.batch
         if self.parcel is not None:
@@ -111,7 +100,7 @@ class ReportingCollate:
                 return WorkerBatch(collated, None)
             batch, packed = byvalue.pack(collated)
             return WorkerBatch(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
-        from .assemble import finish, to_tensors
+        from ..read.assemble import finish, to_tensors
 
         batch = finish(samples, as_numpy=worker is not None)
         if worker is None:

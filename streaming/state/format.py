@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import TableMovedWarning
-from .fixes import type_fix
-from .plan import PLAN_FORMAT
-from .progress import Anchor, SplitProgress
+from ..core.checks import type_fix
+from ..core.plan import PLAN_FORMAT
+from ..core.progress import Anchor, SplitProgress
+from ..errors import TableMovedWarning
 
 __all__ = [
     "FORMAT_VERSION",

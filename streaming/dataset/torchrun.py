@@ -29,7 +29,7 @@ def check_torchrun_store() -> None:
     except ValueError:
         return
     if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and nodes > 1 and restarts > 0:
-        from .errors import TorchrunStoreWarning
+        from ..errors import TorchrunStoreWarning
 
         warnings.warn(
             f"this torchrun job spans {nodes} nodes and may restart (--max-restarts={restarts}), and its "

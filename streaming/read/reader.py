@@ -11,11 +11,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..core.plan import EpochPlan
+from ..core.profiles import PROFILES
+from ..core.stats import Counters, timed
 from . import source
-from .plan import EpochPlan
-from .profiles import PROFILES
 from .rows import Rows
-from .stats import Counters, timed
 from .transformed import OnError, Seeds, TransformedRows, Transformer
 
 __all__ = ["Key", "SplitReaders", "Window", "WindowSource", "open_readers"]

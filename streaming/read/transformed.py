@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import TransformContractError, TransformErrorWarning
-from .stats import Counters
+from ..core.stats import Counters
+from ..errors import TransformContractError, TransformErrorWarning
 
 __all__ = ["OnError", "Seeds", "Transformer", "TransformedRows"]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import PackingEstimateWarning
-from .progress import Anchor, Cursor
+from ..core.progress import Anchor, Cursor
+from ..errors import PackingEstimateWarning
 from .reader import SplitReaders, WindowSource, open_readers
 
 __all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]

@@ -7,8 +7,8 @@ import math
 import numbers
 from collections.abc import Mapping
 
-from .dataset import StreamingDataset
-from .mixing import Schedule
+from ..dataset.dataset import StreamingDataset
+from .schedule import Schedule
 
 __all__ = [
     "check_batch",

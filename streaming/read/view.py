@@ -12,15 +12,15 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.options import Options
+from ..core.plan import EpochPlan, PlanSettings, window_rows_for
+from ..core.progress import Cursor
+from ..core.stats import Counters
 from . import source
 from .assemble import iterate_batches
 from .iterate import iterate_cycles
-from .options import Options
 from .packing import Packing, iterate_blocks, packing_for
-from .plan import EpochPlan, PlanSettings, window_rows_for
-from .progress import Cursor
 from .reader import WindowSource
-from .stats import Counters
 
 __all__ = ["TableView", "open_view", "plan_settings"]
 

@@ -36,7 +36,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from . import _compat
+from .. import _compat
 
 __all__ = ["Channel", "Parcel", "Ring", "available", "receive", "release", "send"]
 

@@ -12,11 +12,10 @@ from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
-from . import _compat, jobplan, source, stats, torchrun, watchdog
-from .errors import EpochCompleteWarning
-from .lifecycle import Guarded, LiveSlot, Samples
-from .observe import Observed
-from .options import (
+from .. import _compat
+from ..core import stats
+from ..core.lifecycle import Guarded, LiveSlot, Samples
+from ..core.options import (
     DEFAULT_IO_QUEUE_DEPTH,
     DEFAULT_READ_BATCH_SIZE,
     Options,
@@ -24,13 +23,17 @@ from .options import (
     check_handle_options,
     check_options,
 )
-from .plan import rank_splits, worker_splits
+from ..core.plan import rank_splits, worker_splits
+from ..core.profiles import profile_for
+from ..core.progress import WorkerReport
+from ..core.stats import Counters
+from ..errors import EpochCompleteWarning
+from ..read import jobplan, source
+from ..read.view import TableView, open_view, unplanned_view
+from . import torchrun, watchdog
+from .observe import Observed
 from .positioned import PositionedDataset
-from .profiles import profile_for
-from .stats import Counters
 from .topology import draw_seed, require_group, topology
-from .view import TableView, open_view, unplanned_view
-from .worker import WorkerReport
 
 __all__ = ["StreamingDataset"]
 

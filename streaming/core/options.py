@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .fixes import type_fix
+from .checks import type_fix
 from .profiles import PROFILES, Profile, sized
 
 __all__ = [

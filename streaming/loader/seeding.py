@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SeededTransformWarning
+from ..errors import SeededTransformWarning
 
 __all__ = ["notice", "run_user_init", "warn"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from .progress import Cursor, Passed
+from ..core.progress import Cursor, Passed
 from .reader import SplitReaders, WindowSource, open_readers
 
 __all__ = ["CHUNK_ROWS", "iterate_cycles"]

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
+from ..core.progress import Cursor
 from .iterate import CHUNK_ROWS
-from .progress import Cursor
 from .reader import SplitReaders, Window, WindowSource, open_readers
 from .rows import Rows, gather
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Anchor", "Cursor", "Mark", "Passed", "SplitProgress", "fresh"]
+__all__ = ["Anchor", "Cursor", "Mark", "Passed", "SplitProgress", "WorkerReport", "fresh"]
 
 Anchor = tuple[int, int, int]
 """Packing only: (blocks emitted, next document, token offset in it) of one split."""
@@ -153,3 +153,16 @@ class Cursor:
         self.version += 1
         self._samples, self._positions = self.samples, self.positions
         self._moving, self._passed, self.cycles = [], [], 0
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """The progress of the splits one worker owns, after the samples of one batch: what
+    a worker's batch carries to the trainer, which commits it when the batch is handed over."""
+
+    worker: int
+    pid: int
+    progress: Mapping[int, SplitProgress]
+    counters: dict[str, float]
+    group: tuple[int, int] = (0, 1)
+    """(split group served, number of groups): which of the rank's k shares of splits."""

@@ -1,0 +1,9 @@
+"""The pure core: numbers in, numbers out. Imports neither torch nor Lance.
+
+Which row sits at each position (``plan``), where each split stands (``progress``,
+``ledger``), the checked settings (``options``, ``checks``, ``profiles``), the
+counters behind ``stats()`` (``stats``) and how iterators end (``lifecycle``).
+Imports nothing of the package but ``streaming.errors``.
+"""
+
+__all__: list[str] = []
