@@ -223,6 +223,8 @@ def test_numpy_integers_in_a_mixture_state_are_integers():
     parsed = MixtureState.from_dict(numpy_state).to_dict()
     assert parsed == state
     assert json.loads(json.dumps(parsed)) == state, "the parsed state holds plain ints (JSON data)"
+    merged = merge_mixture_states([numpy_state, numpy_state])
+    assert merged == state and json.loads(json.dumps(merged)) == state, "a merged state holds plain ints"
     assert normalise_weights({"a": np.int64(2), "b": 1.0}) == {"a": Fraction(2, 3), "b": Fraction(1, 3)}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 Check = Callable[[object], bool]
+_T = TypeVar("_T")
 
 
 def is_int(value: object) -> bool:
@@ -126,13 +127,13 @@ def first_refused(values: Mapping[str, object], table: Iterable[Field]) -> Field
     return None
 
 
-def plain_ints(data: object) -> object:
+def plain_ints(data: _T) -> _T:
     """``data`` with every numpy integer (in its dicts and lists too) a Python int."""
     if isinstance(data, dict):
-        return {key: plain_ints(value) for key, value in data.items()}
+        return {key: plain_ints(value) for key, value in data.items()}  # type: ignore[return-value]
     if isinstance(data, list):
-        return [plain_ints(value) for value in data]
-    return int(data) if is_int(data) and not isinstance(data, int) else data  # type: ignore[call-overload]
+        return [plain_ints(value) for value in data]  # type: ignore[return-value]
+    return int(data) if is_int(data) and not isinstance(data, int) else data  # type: ignore[call-overload, return-value]
 
 
 def retyped(value: object, check: Check) -> int | None:

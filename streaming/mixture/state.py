@@ -238,4 +238,4 @@ def merge_mixture_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 f"mixture states 0 and {index} stand at different source positions at the same "
                 "step; they come from different runs"
             )
-    return dict(states[0])
+    return plain_ints(dict(states[0]))
