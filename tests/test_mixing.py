@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -202,3 +203,49 @@ def test_merge_returns_the_common_state_and_refuses_different_steps():
         merge_mixture_states([_state(3), _state(4)])
     with pytest.raises(ValueError, match="at least one"):
         merge_mixture_states([])
+
+
+def test_numpy_integers_in_a_mixture_state_are_integers():
+    import numpy as np
+
+    schedule = Schedule(normalise_weights({"a": 2, "b": 1}), 24, 6, {"a": 600, "b": 600}, "never")
+    position = schedule.start({"a": 0, "b": 0})
+    state = MixtureState(24, 6, "never", 0, {"a": 2, "b": 1}, 0, position, {"a": {}, "b": {}}).to_dict()
+    numpy_state = {
+        **state,
+        "global_batch_size": np.int64(24),
+        "unit": np.int32(6),
+        "seed": np.int64(0),
+        "step": np.int64(0),
+        "weights": {"a": np.int64(2), "b": 1},
+        "schedule": {"since": np.int64(0), "units": {"a": np.int64(0), "b": 0}},
+    }
+    parsed = MixtureState.from_dict(numpy_state).to_dict()
+    assert parsed == state
+    assert json.loads(json.dumps(parsed)) == state, "the parsed state holds plain ints (JSON data)"
+    merged = merge_mixture_states([numpy_state, numpy_state])
+    assert merged == state and json.loads(json.dumps(merged)) == state, "a merged state holds plain ints"
+    assert normalise_weights({"a": np.int64(2), "b": 1.0}) == {"a": Fraction(2, 3), "b": Fraction(1, 3)}
+
+
+def test_a_stop_rule_is_one_registry_entry(monkeypatch):
+    from streaming.mixture.schedule import RULES, StopRule, stop_rule
+
+    # ends when source a cannot fill its share; b repeats meanwhile
+    rule = StopRule(
+        "until_a_runs_out", endless=False, continues=lambda sources, finished, short: "a" not in short
+    )
+    monkeypatch.setitem(RULES, rule.name, rule)
+    assert stop_rule(rule.name) is rule
+    schedule = Schedule(normalise_weights({"a": 1, "b": 1}), 24, 6, {"a": 600, "b": 60}, rule.name)
+    start = schedule.start({"a": 0, "b": 0})
+    assert schedule.remaining_steps(start) == 50, "a gives 12 samples a step: 600 / 12 steps"
+    first = dataclasses.replace(schedule, stop="first_exhausted")
+    assert first.remaining_steps(start) == 5, "b runs out first, after 60 / 12 steps"
+    endless = StopRule("endless_too", endless=True, continues=lambda *_: True)
+    monkeypatch.setitem(RULES, endless.name, endless)
+    assert dataclasses.replace(schedule, stop=endless.name).remaining_steps(start) is None
+    with pytest.raises(ValueError, match=r"stop='sometimes' is not one of \('all_exhausted'"):
+        stop_rule("sometimes")
+    with pytest.raises(ValueError, match=r"stop=\['never'\] is not one of"):
+        stop_rule(["never"])

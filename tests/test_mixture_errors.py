@@ -189,3 +189,19 @@ def test_dcp_saves_and_loads_a_mixture_loader(uris, tmp_path, workers):
     again = iter(resumed)
     assert [ids(next(again)) for _ in range(3)] == straight
     assert set(WEIGHTS) == set(resumed.state_dict()["weights"])
+
+
+def test_numpy_integers_are_taken_for_every_integer_argument(uris):
+    import numpy as np
+
+    mix = build(
+        uris,
+        unit=np.int64(12),
+        global_batch_size=np.int64(48),
+        seed=np.int32(3),
+        weights={"a": np.int64(7), "b": 3},
+    )
+    state = mix.state_dict()
+    assert (state["unit"], state["global_batch_size"], state["seed"]) == (12, 48, 3)
+    assert all(type(state[name]) is int for name in ("unit", "global_batch_size", "seed")), "plain JSON ints"
+    assert json_roundtrip(state) == state

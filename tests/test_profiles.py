@@ -172,3 +172,26 @@ def test_an_edited_block_size_is_refused_naming_block_rows(tmp_path):
         data.load_state_dict(state)
     assert "restore the plan values state_dict() wrote" in str(error.value)
     assert data.state_dict() == before
+
+
+def test_a_storage_profile_is_one_registry_entry(monkeypatch):
+    from streaming.core.profiles import Profile
+
+    nfs = Profile(
+        "nfs",
+        block_rows=256,
+        shuffle_buffer_size=65_536,
+        min_io_threads=8,
+        schemes=("nfs",),
+        block_bytes=1 << 20,
+    )
+    monkeypatch.setitem(PROFILES, "nfs", nfs)
+    assert choose_profile("auto", "NFS://host/t.lance") is nfs
+    assert choose_profile("nfs", "/t.lance") is nfs
+    assert choose_profile("auto", "s3://b/t.lance").name == "remote"
+    assert choose_profile("auto", "/t.lance").name == "local"
+    with pytest.raises(ValueError, match=r"storage_profile must be 'auto', 'local', 'remote' or 'nfs', got"):
+        choose_profile("fast", "/t.lance")
+    sized_nfs = sized(nfs, 1024)
+    assert (sized_nfs.block_rows, sized_nfs.shuffle_buffer_size) == (1024, 128 * 1024), "1 MiB blocks"
+    assert _options(io_queue_depth=4, profile=nfs).io_threads == 8

@@ -345,3 +345,19 @@ def test_merge_takes_counts_from_owners():
     merged = merge_states([one, two])
     assert merged["samples_consumed_per_split"] == [5, 5, 5, 5]
     assert np.array_equal(merged["positions_consumed_per_split"], [5, 5, 5, 5])
+
+
+def _numpy_ints(data):
+    """``data`` with every int (not bool) a numpy int64, as a state built from numpy values holds."""
+    if isinstance(data, dict):
+        return {key: _numpy_ints(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_numpy_ints(value) for value in data]
+    return np.int64(data) if isinstance(data, int) and not isinstance(data, bool) else data
+
+
+def test_numpy_integers_in_a_state_are_integers():
+    for state in (BASE, PACKED):
+        parsed = parse_state(_numpy_ints(copy.deepcopy(state))).to_dict()
+        assert parsed == state
+        assert json_roundtrip(parsed) == state, "the parsed state holds plain ints (JSON data)"

@@ -7,17 +7,24 @@ in every state dict; the rest are I/O settings that never change the order.
 from __future__ import annotations
 
 import dataclasses
-import numbers
-import operator
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from .checks import type_fix
-from .profiles import PROFILES, Profile, sized
+from .checks import (
+    Field,
+    either,
+    first_refused,
+    is_bool,
+    is_int,
+    non_negative,
+    one_of,
+    optional,
+    positive,
+    type_fix,
+)
+from .profiles import DEFAULT_PROFILE, Profile, sized
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -31,17 +38,12 @@ __all__ = [
     "check_options",
 ]
 
-DEFAULT_BLOCK_ROWS = PROFILES["local"].block_rows
-DEFAULT_SHUFFLE_BUFFER_SIZE = PROFILES["local"].shuffle_buffer_size
+DEFAULT_BLOCK_ROWS = DEFAULT_PROFILE.block_rows
+DEFAULT_SHUFFLE_BUFFER_SIZE = DEFAULT_PROFILE.shuffle_buffer_size
 DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 DEFAULT_TRANSFORM_PARALLELISM = 4
 """Transform threads when ``transform_parallelism`` is None (fewer on smaller machines)."""
-
-
-def _is_int(value: object) -> bool:
-    """An integer, Python's or numpy's (``numbers.Integral``), but not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -49,137 +51,125 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 def _token(value: object) -> bool:
     """A token id the packed output (int64) holds; negative ids such as -100 are common."""
-    return value is None or (_is_int(value) and _INT64[0] <= value <= _INT64[1])  # type: ignore[operator]
+    return is_int(value) and _INT64[0] <= value <= _INT64[1]  # type: ignore[operator]
 
 
-def _positive(value: object) -> bool:
-    return _is_int(value) and value > 0  # type: ignore[operator]
-
-
-def _optional_positive(value: object) -> bool:
-    return value is None or _positive(value)
-
-
-def _non_negative(value: object) -> bool:
-    return _is_int(value) and value >= 0  # type: ignore[operator]
+def _columns(value: object) -> bool:
+    """A non-empty list (or tuple) of distinct column names."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(column, str) for column in value)
+        and len(set(value)) == len(value)
+    )
 
 
 _POSITIVE = "greater than 0 (an integer)"
 _OPTIONAL_POSITIVE = "greater than 0 (an integer) or None"
 _BOOL = "True or False"
+_optional_positive = optional(positive)
 
-# (name, check, what it must be, what to pass instead: formatted with the settings)
-_CHECKS: tuple[tuple[str, Callable[[object], bool], str, str], ...] = (
-    (
+# What each setting must be, and what to pass instead (formatted with the settings).
+_CHECKS: tuple[Field, ...] = (
+    Field(
         "num_splits",
-        _positive,
+        positive,
         _POSITIVE,
         "a multiple of world_size such as num_splits={world_size}, or None (one per rank)",
     ),
-    ("world_size", _positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
-    ("rank", _non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),
-    ("epoch", _non_negative, "a non-negative integer", "epoch=0 or more"),
-    ("shuffle", lambda v: isinstance(v, bool), _BOOL, "shuffle=True or shuffle=False"),
-    (
+    Field("world_size", positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
+    Field("rank", non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),
+    Field("epoch", non_negative, "a non-negative integer", "epoch=0 or more"),
+    Field("shuffle", is_bool, _BOOL, "shuffle=True or shuffle=False"),
+    Field(
         "shuffle_seed",
-        _non_negative,
+        non_negative,
         "a non-negative integer (or None to draw one)",
         "an integer such as shuffle_seed=0, or None to draw one",
     ),
-    ("block_rows", _positive, _POSITIVE, "block_rows=1 or more, or None (the storage profile's)"),
-    ("shuffle_buffer_size", _positive, _POSITIVE, "a row count such as shuffle_buffer_size=8192, or None"),
-    ("shuffle_clump_size", _optional_positive, _OPTIONAL_POSITIVE, "shuffle_clump_size=1 or more, or None"),
-    ("read_batch_size", _positive, _POSITIVE, "read_batch_size=1 or more"),
-    ("io_queue_depth", _positive, _POSITIVE, "io_queue_depth=1 or more"),
-    ("prefetch_batches", _optional_positive, _OPTIONAL_POSITIVE, "prefetch_batches=1 or more, or None"),
-    (
+    Field("block_rows", positive, _POSITIVE, "block_rows=1 or more, or None (the storage profile's)"),
+    Field(
+        "shuffle_buffer_size", positive, _POSITIVE, "a row count such as shuffle_buffer_size=8192, or None"
+    ),
+    Field(
+        "shuffle_clump_size", _optional_positive, _OPTIONAL_POSITIVE, "shuffle_clump_size=1 or more, or None"
+    ),
+    Field("read_batch_size", positive, _POSITIVE, "read_batch_size=1 or more"),
+    Field("io_queue_depth", positive, _POSITIVE, "io_queue_depth=1 or more"),
+    Field("prefetch_batches", _optional_positive, _OPTIONAL_POSITIVE, "prefetch_batches=1 or more, or None"),
+    Field(
         "transform_parallelism",
         _optional_positive,
         _OPTIONAL_POSITIVE,
         "transform_parallelism=1 or more, or None",
     ),
-    (
+    Field(
         "transform_queue_depth",
         _optional_positive,
         _OPTIONAL_POSITIVE,
         "transform_queue_depth=1 or more, or None",
     ),
-    (
+    Field(
         "version",
         _optional_positive,
         "a positive Lance version number or None",
         "a version the table has (table.list_versions()), or None for the latest",
     ),
-    (
+    Field(
         "filter",
-        lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+        optional(lambda v: isinstance(v, str) and v.strip() != ""),
         "an SQL predicate string or None",
         "an SQL predicate such as filter='label > 0', or None",
     ),
-    (
-        "transform",
-        lambda v: v is None or callable(v),
-        "a callable or None",
-        "a function of a RecordBatch, or None",
-    ),
-    (
+    Field("transform", optional(callable), "a callable or None", "a function of a RecordBatch, or None"),
+    Field(
         "pack_sequences",
         _optional_positive,
         "a positive integer (tokens per block) or None",
         "the tokens per block such as pack_sequences=2048, or None",
     ),
-    (
+    Field(
         "eos_id",
-        _token,
+        optional(_token),
         "a token id (an integer that int64 holds) or None",
         "the tokenizer's end-of-document id",
     ),
-    (
+    Field(
         "pad_id",
-        _token,
+        optional(_token),
         "a token id (an integer that int64 holds, -100 for example) or None",
         "the tokenizer's padding id (or -100)",
     ),
-    (
+    Field(
         "blocks_per_epoch",
-        lambda v: v is None or v == "auto" or _positive(v),
+        optional(either(one_of(("auto",)), positive)),
         "a positive integer, 'auto' or None",
         "a multiple of num_splits, or blocks_per_epoch='auto'",
     ),
-    (
+    Field(
         "on_transform_error",
-        lambda v: v in ("raise", "skip", "warn", "replace") or callable(v),
+        either(one_of(("raise", "skip", "warn", "replace")), callable),
         "'raise', 'skip', 'warn', 'replace' or a callable handler(exception) -> bool",
         "one of those",
     ),
-    ("evaluation", lambda v: isinstance(v, bool), _BOOL, "evaluation=True or evaluation=False"),
-    ("endless", lambda v: isinstance(v, bool), _BOOL, "endless=True or endless=False"),
-    ("transform_rng", lambda v: isinstance(v, bool), _BOOL, "transform_rng=True or transform_rng=False"),
-    ("follow_latest", lambda v: isinstance(v, bool), _BOOL, "follow_latest=True or follow_latest=False"),
-    (
+    Field("evaluation", is_bool, _BOOL, "evaluation=True or evaluation=False"),
+    Field("endless", is_bool, _BOOL, "endless=True or endless=False"),
+    Field("transform_rng", is_bool, _BOOL, "transform_rng=True or transform_rng=False"),
+    Field("follow_latest", is_bool, _BOOL, "follow_latest=True or follow_latest=False"),
+    Field(
         "columns",
-        lambda v: (
-            v is None
-            or (
-                isinstance(v, (list, tuple))
-                and len(v) > 0
-                and all(isinstance(c, str) for c in v)
-                and len(set(v)) == len(v)
-            )
-        ),
+        optional(_columns),
         "a non-empty list of distinct column names or None",
         "columns=['id', ...] (each name once), or None for every column",
     ),
 )
 
 
-def _refusal(
-    name: str, check: Callable[[object], bool], expected: str, fix: str, values: dict[str, Any]
-) -> str:
+def _refusal(field: Field, values: dict[str, Any]) -> str:
     """The message for a refused setting: the field, the value and the fix."""
-    value = values[name]
-    instead = type_fix(name, value, check) or fix.format(**values)
-    return f"{name} must be {expected}, got {value!r}; pass {instead}"
+    name, value = field.name, values[field.name]
+    instead = type_fix(name, value, field.check) or field.fix.format(**values)
+    return f"{name} must be {field.expected}, got {value!r}; pass {instead}"
 
 
 @dataclass(frozen=True)
@@ -213,7 +203,7 @@ class Options:
     endless: bool = False
     transform_rng: bool = False
     follow_latest: bool = False
-    profile: Profile = PROFILES["local"]
+    profile: Profile = DEFAULT_PROFILE
     """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
     profile_plan: bool = False
     """True when neither ``block_rows`` nor ``shuffle_buffer_size`` was given."""
@@ -301,14 +291,14 @@ def _check_packing(values: dict[str, Any]) -> None:
         )
 
 
-_HANDLE_CHECKS: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    (
+_HANDLE_CHECKS: tuple[Field, ...] = (
+    Field(
         "storage_options",
-        lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
+        optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
         "a dict of object-store options (str keys) or None",
     ),
-    ("tag_snapshot", lambda v: isinstance(v, bool), "True or False"),
-    ("connection_factory", lambda v: v is None or callable(v), "a callable factory(table_name) or None"),
+    Field("tag_snapshot", is_bool, "True or False"),
+    Field("connection_factory", optional(callable), "a callable factory(table_name) or None"),
 )
 
 
@@ -319,20 +309,16 @@ def check_handle_options(values: dict[str, Any]) -> None:
         ValueError: one has the wrong type; the message never shows option values,
             which may be credentials.
     """
-    for name, check, expected in _HANDLE_CHECKS:
-        if not check(values[name]):
-            raise ValueError(f"{name} must be {expected}, got a {type(values[name]).__name__}")
+    field = first_refused(values, _HANDLE_CHECKS)
+    if field is not None:
+        raise ValueError(f"{field.name} must be {field.expected}, got a {type(values[field.name]).__name__}")
 
 
 def as_epoch(epoch: object) -> int:
     """``epoch`` as an int (numpy integers too); ``ValueError`` unless a non-negative integer."""
-    try:
-        value = operator.index(epoch)  # type: ignore[arg-type]
-    except TypeError:
-        value = -1
-    if isinstance(epoch, bool) or value < 0:
+    if not non_negative(epoch):
         raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}; pass epoch=0 or more")
-    return value
+    return int(epoch)  # type: ignore[call-overload]
 
 
 def check_options(values: dict[str, Any]) -> Options:
@@ -341,11 +327,11 @@ def check_options(values: dict[str, Any]) -> Options:
     Raises:
         ValueError: a setting is out of range, naming it, its value and the fix.
     """
-    for name, check, expected, fix in _CHECKS:
-        if not check(values[name]):
-            raise ValueError(_refusal(name, check, expected, fix, values))
-        if _is_int(values[name]):
-            values[name] = int(values[name])  # numpy integers become plain ints (JSON states)
+    field = first_refused(values, _CHECKS)
+    if field is not None:
+        raise ValueError(_refusal(field, values))
+    for name in (field.name for field in _CHECKS if is_int(values[field.name])):
+        values[name] = int(values[name])  # numpy integers become plain ints (JSON states)
     if values["rank"] >= values["world_size"]:
         raise ValueError(
             f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}; pass "

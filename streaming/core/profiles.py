@@ -15,6 +15,8 @@ import dataclasses
 from dataclasses import dataclass
 
 __all__ = [
+    "AUTO",
+    "DEFAULT_PROFILE",
     "PROFILES",
     "REMOTE_SCHEMES",
     "Profile",
@@ -24,9 +26,22 @@ __all__ = [
 ]
 
 
+BLOCK_BYTES = 2 << 20
+"""The remote profile's block is the largest power of two of rows up to this many bytes."""
+BLOCK_ROWS_RANGE = (16, 8_192)
+"""... within these bounds (narrow rows do not make blocks of millions of rows)."""
+BLOCKS_PER_BUFFER = 128
+"""A profile sized for its rows has a shuffle buffer of this many blocks: the mixing
+depends on how many blocks a window draws from, the memory on their bytes."""
+
+
 @dataclass(frozen=True)
 class Profile:
-    """One profile: plan settings (recorded in every state) and I/O settings (never)."""
+    """One profile: plan settings (recorded in every state) and I/O settings (never).
+
+    Adding a profile is one entry in ``PROFILES``: what ``auto`` picks it for, how
+    it sizes its plan and how it reads all come from its fields, never its name.
+    """
 
     name: str
     block_rows: int
@@ -38,24 +53,35 @@ class Profile:
     many, run in parallel, so reads of few, big local fragments still use every read
     thread (0: one take per fragment, which Lance splits into requests itself;
     concurrent takes of one remote file would each fetch its metadata)."""
+    schemes: tuple[str, ...] = ()
+    """URI schemes ``storage_profile="auto"`` picks this profile for."""
+    block_bytes: int | None = None
+    """When set, ``sized`` gives a table's rows blocks of up to this many bytes (and a
+    buffer of ``BLOCKS_PER_BUFFER`` blocks); ``None``: the numbers above, whatever the rows."""
 
 
 PROFILES = {
-    "local": Profile("local", block_rows=64, shuffle_buffer_size=32_768),
-    "remote": Profile(
-        "remote", block_rows=2_048, shuffle_buffer_size=262_144, min_io_threads=16, take_rows=0
-    ),
+    profile.name: profile
+    for profile in (
+        Profile("local", block_rows=64, shuffle_buffer_size=32_768),
+        Profile(
+            "remote",
+            block_rows=2_048,
+            shuffle_buffer_size=262_144,
+            min_io_threads=16,
+            take_rows=0,
+            schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
+            block_bytes=BLOCK_BYTES,
+        ),
+    )
 }
+"""Every storage profile, by name."""
+DEFAULT_PROFILE = PROFILES["local"]
+"""The profile ``auto`` picks for a URI no profile claims (a path, ``file://``, ``memory://``)."""
+AUTO = "auto"
+"""The ``storage_profile`` that picks a profile by the table URI's scheme."""
 
-BLOCK_BYTES = 2 << 20
-"""The remote profile's block is the largest power of two of rows up to this many bytes."""
-BLOCK_ROWS_RANGE = (16, 8_192)
-"""... within these bounds (narrow rows do not make blocks of millions of rows)."""
-BLOCKS_PER_BUFFER = 128
-"""The remote profile's shuffle buffer holds this many blocks: the mixing depends on
-how many blocks a window draws from, the memory on their bytes."""
-
-REMOTE_SCHEMES = ("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf")
+REMOTE_SCHEMES = PROFILES["remote"].schemes
 """URI schemes of object stores: ``auto`` picks the remote profile for them."""
 
 
@@ -63,15 +89,16 @@ def choose_profile(storage_profile: object, uri: str) -> Profile:
     """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``.
 
     Raises:
-        ValueError: ``storage_profile`` is not ``"auto"``, ``"local"`` or ``"remote"``.
+        ValueError: ``storage_profile`` is not ``"auto"`` or a name in ``PROFILES``.
     """
-    if storage_profile == "auto":
+    if storage_profile == AUTO:
         scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
-        return PROFILES["remote" if scheme in REMOTE_SCHEMES else "local"]
+        return next((p for p in PROFILES.values() if scheme in p.schemes), DEFAULT_PROFILE)
     if isinstance(storage_profile, str) and storage_profile in PROFILES:
         return PROFILES[storage_profile]
+    *names, last = [repr(name) for name in (AUTO, *PROFILES)]
     raise ValueError(
-        f"storage_profile must be 'auto', 'local' or 'remote', got {storage_profile!r}; 'auto' "
+        f"storage_profile must be {', '.join(names)} or {last}, got {storage_profile!r}; 'auto' "
         "picks 'remote' for object-store URIs (s3://, gs://, az://) and 'local' otherwise"
     )
 
@@ -99,16 +126,16 @@ def profile_for(
 def sized(profile: Profile, row_bytes: float | None) -> Profile:
     """``profile`` with its block and buffer sized for rows of ``row_bytes`` bytes.
 
-    Only the remote profile depends on the row size: its block is the largest
-    power of two of rows within ``BLOCK_BYTES`` (clamped to ``BLOCK_ROWS_RANGE``)
-    and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read request carries one to
-    two megabytes and a window draws from 128 blocks whatever the rows hold.
-    Without a size (``None``) the profile is returned as it is (its numbers suit
-    rows of about 0.5 to 1 KiB).
+    Only a profile with ``block_bytes`` (remote) depends on the row size: its block
+    is the largest power of two of rows within ``block_bytes`` (clamped to
+    ``BLOCK_ROWS_RANGE``) and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read
+    request carries one to two megabytes and a window draws from 128 blocks whatever
+    the rows hold. Without a size (``None``) the profile is returned as it is (the
+    remote numbers suit rows of about 0.5 to 1 KiB).
     """
-    if profile.name != "remote" or row_bytes is None or row_bytes <= 0:
+    if profile.block_bytes is None or row_bytes is None or row_bytes <= 0:
         return profile
     low, high = BLOCK_ROWS_RANGE
-    fit = max(1, int(BLOCK_BYTES // row_bytes))
+    fit = max(1, int(profile.block_bytes // row_bytes))
     block = min(high, max(low, 1 << (fit.bit_length() - 1)))
     return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)

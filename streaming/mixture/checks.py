@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import difflib
 import math
-import numbers
 from collections.abc import Mapping
 
+from ..core.checks import non_negative, positive
 from ..dataset.dataset import StreamingDataset
 from .schedule import Schedule
 
@@ -106,16 +106,17 @@ def check_unit(unit: object, sources: Mapping[str, StreamingDataset]) -> int:
     world = next(iter(sources.values())).world_size
     if unit is None:
         return math.gcd(*splits.values())
-    if isinstance(unit, bool) or not isinstance(unit, int) or unit <= 0:
+    if not positive(unit):
         raise ValueError(f"unit={unit!r} must be a positive integer (or None for the default)")
-    uneven = [name for name, count in splits.items() if count % unit]
-    if uneven or unit % world:
+    whole = int(unit)  # type: ignore[call-overload]
+    uneven = [name for name, count in splits.items() if count % whole]
+    if uneven or whole % world:
         raise ValueError(
-            f"unit={unit} must divide every source's num_splits ({splits}) and be a multiple "
+            f"unit={whole} must divide every source's num_splits ({splits}) and be a multiple "
             f"of world_size={world}; choose a divisor of {math.gcd(*splits.values())} that is a "
             f"multiple of {world}"
         )
-    return unit
+    return whole
 
 
 def check_names(weights: object, names: list[str]) -> None:
@@ -132,15 +133,15 @@ def check_seed(seed: object) -> int | None:
     """``seed`` as an int (``None`` stays ``None``)."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+    if not non_negative(seed):
         raise ValueError(f"seed={seed!r} must be a non-negative integer (or None: no shuffle in a batch)")
-    return int(seed)
+    return int(seed)  # type: ignore[call-overload]
 
 
 def check_batch(batch: object, unit: int) -> int:
     """``global_batch_size``: a positive multiple of ``unit``."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0 or batch % unit:
-        whole = isinstance(batch, int) and not isinstance(batch, bool) and batch > 0
+    if not positive(batch) or batch % unit:  # type: ignore[operator]
+        whole = positive(batch)
         below = batch // unit * unit if whole else 0  # type: ignore[operator]
         nearest = " or ".join(str(size) for size in (below, below + unit) if size > 0)
         raise ValueError(
@@ -148,12 +149,13 @@ def check_batch(batch: object, unit: int) -> int:
             f"(samples of a source per batch come in units, see the unit argument); pass "
             f"global_batch_size={nearest}" + (f", or a unit that divides {batch}" if whole else "")
         )
-    return batch
+    return int(batch)  # type: ignore[call-overload]
 
 
 def check_fits(schedule: Schedule) -> None:
-    """With a stopping rule, every source's epoch must fill its largest share of a batch."""
-    if schedule.stop == "never":
+    """With a rule that ends the mixture, every source's epoch must fill its largest
+    share of a batch (an endless mixture's sources repeat inside a batch)."""
+    if schedule.rule.endless:
         return
     for name, weight in schedule.weights.items():
         most = math.ceil(schedule.units_per_step * weight) * schedule.unit

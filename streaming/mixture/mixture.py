@@ -22,13 +22,13 @@ from ..read import source
 from .checks import check_batch, check_columns, check_fits, check_names, check_seed, check_sources, check_unit
 from .read import RankStream, batch_columns
 from .schedule import (
-    STOP_RULES,
     MixPosition,
     Schedule,
     SourcePosition,
     batch_order,
     normalise_weights,
     split_counts,
+    stop_rule,
 )
 from .state import MixtureState, check_settings, merge_mixture_states, weights_differ
 from .state import check_sources as check_saved_sources
@@ -90,8 +90,7 @@ class StreamingMixture(IterableDataset[Any]):
         self._sources = check_sources(sources)
         check_columns(self._sources)
         check_names(weights, list(self._sources))
-        if stop not in STOP_RULES:
-            raise ValueError(f"stop={stop!r} is not one of {STOP_RULES}")
+        stop_rule(stop)  # refuses a name that is none of STOP_RULES
         self._unit = check_unit(unit, self._sources)
         self._seed = check_seed(seed)
         batch = check_batch(global_batch_size, self._unit)
@@ -166,7 +165,7 @@ class StreamingMixture(IterableDataset[Any]):
     @property
     def endless(self) -> bool:
         """True for ``stop="never"``."""
-        return self.stop == "never"
+        return self._schedule.rule.endless
 
     @property
     def rank(self) -> int:
@@ -204,7 +203,7 @@ class StreamingMixture(IterableDataset[Any]):
         source would run out, counted from fresh epochs of every source."""
         if not self.endless:
             return self.step + (self._schedule.remaining_steps(self._position) or 0)
-        finite = dataclasses.replace(self._schedule, stop="first_exhausted")
+        finite = self._schedule.counted()
         epochs = {name: where.epoch for name, where in self._position.sources.items()}
         return finite.remaining_steps(finite.start(epochs)) or 0
 

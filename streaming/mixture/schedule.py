@@ -22,14 +22,20 @@ No torch, no Lance.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 
+from ..core.checks import is_number
+
 __all__ = [
+    "COUNTING_RULE",
+    "RULES",
     "STOP_RULES",
+    "StopRule",
     "batch_order",
     "MixPosition",
     "Schedule",
@@ -38,9 +44,56 @@ __all__ = [
     "Step",
     "normalise_weights",
     "split_counts",
+    "stop_rule",
 ]
 
-STOP_RULES = ("all_exhausted", "first_exhausted", "never")
+
+@dataclass(frozen=True)
+class StopRule:
+    """A stopping rule: what happens when a batch needs more of a source than its epoch has.
+
+    Adding a rule is one entry in ``RULES``; nothing else compares rule names.
+    """
+
+    name: str
+    endless: bool
+    """The mixture never ends: it has no ``len()`` and no remaining steps, and a
+    source smaller than its share of a batch repeats inside the batch."""
+    continues: Callable[[AbstractSet[str], AbstractSet[str], AbstractSet[str]], bool]
+    """``continues(sources, finished, short)``: whether the batch is still taken when
+    the ``short`` sources run out inside it (they continue into their next epoch);
+    ``finished`` are the sources that ran out before; False ends the mixture."""
+
+
+RULES: dict[str, StopRule] = {
+    rule.name: rule
+    for rule in (
+        StopRule(  # end when the last source to run out cannot fill its share
+            "all_exhausted",
+            endless=False,
+            continues=lambda sources, finished, short: not sources <= finished | short,
+        ),
+        StopRule("first_exhausted", endless=False, continues=lambda *_: False),  # end at the first
+        StopRule("never", endless=True, continues=lambda *_: True),  # every source repeats
+    )
+}
+"""Every stopping rule, by name."""
+STOP_RULES = tuple(RULES)
+"""The names of the stopping rules, as ``stop=`` takes them."""
+COUNTING_RULE = RULES["first_exhausted"]
+"""The rule an endless mixture's epoch is counted by: until its first source runs out."""
+
+
+def stop_rule(name: object) -> StopRule:
+    """The rule ``stop=name`` names.
+
+    Raises:
+        ValueError: ``name`` is not one of ``STOP_RULES``.
+    """
+    try:
+        return RULES[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"stop={name!r} is not one of {STOP_RULES}") from None
 
 
 def normalise_weights(weights: Mapping[str, float]) -> dict[str, Fraction]:
@@ -51,7 +104,7 @@ def normalise_weights(weights: Mapping[str, float]) -> dict[str, Fraction]:
     """
     exact: dict[str, Fraction] = {}
     for name, weight in weights.items():
-        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+        if not is_number(weight):
             raise ValueError(f"weights[{name!r}]={weight!r} is not a finite number; give a positive weight")
         if weight <= 0:
             raise ValueError(
@@ -140,6 +193,15 @@ class Schedule:
     stop: str
 
     @property
+    def rule(self) -> StopRule:
+        """The stopping rule ``stop`` names."""
+        return RULES[self.stop]
+
+    def counted(self) -> Schedule:
+        """This schedule under the rule an endless mixture's epoch is counted by."""
+        return replace(self, stop=COUNTING_RULE.name) if self.rule.endless else self
+
+    @property
     def units_per_step(self) -> int:
         """Units in one global batch."""
         return self.global_batch_size // self.unit
@@ -200,12 +262,8 @@ class Schedule:
         return Step(segments), after
 
     def _may_continue(self, short: set[str], position: MixPosition) -> bool:
-        if self.stop == "never":
-            return True
-        if self.stop == "first_exhausted":
-            return False
         finished = {name for name, where in position.sources.items() if where.passes > 0}
-        return not set(self.weights) <= finished | short
+        return self.rule.continues(set(self.weights), finished, short)
 
     def _take(self, where: SourcePosition, need: int, name: str) -> tuple[list[Segment], SourcePosition]:
         size = self.epoch_samples[name]
@@ -221,7 +279,7 @@ class Schedule:
 
     def remaining_steps(self, position: MixPosition, *, limit: int | None = None) -> int | None:
         """Batches left before the mixture ends; ``None`` if it never does (or not within ``limit``)."""
-        if self.stop == "never":
+        if self.rule.endless:
             return None
         count = 0
         while limit is None or count < limit:

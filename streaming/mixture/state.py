@@ -13,7 +13,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..state.format import Check, check_fields, is_int, non_negative
+from ..core.checks import (
+    Check,
+    Field,
+    is_dict,
+    is_int,
+    is_number,
+    non_negative,
+    one_of,
+    optional,
+    plain_ints,
+    positive,
+)
+from ..state.format import check_fields
 from .checks import close_names
 from .schedule import STOP_RULES, MixPosition, SourcePosition
 
@@ -31,46 +43,39 @@ MIXTURE_FORMAT = 1
 """Bumped on any change of meaning; unknown values are refused."""
 
 
-def _positive(value: object) -> bool:
-    return is_int(value) and value > 0  # type: ignore[operator]
-
-
-def _weights(value: object) -> bool:
-    return isinstance(value, dict) and all(_weight(weight) for weight in value.values())
-
-
 def _weight(value: object) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
+    """A positive finite number."""
+    return is_number(value) and value > 0  # type: ignore[operator]
 
 
-def _counts(value: object) -> bool:
-    return isinstance(value, dict) and all(non_negative(count) for count in value.values())
+def _dict_of(check: Check) -> Check:
+    """A dict whose values each pass ``check``."""
+    return lambda value: isinstance(value, dict) and all(check(entry) for entry in value.values())
 
 
-_TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
-    ("format_version", is_int, "an integer"),
-    ("kind", lambda v: v == "mixture", "'mixture'"),
-    ("global_batch_size", _positive, "a positive integer"),
-    ("unit", _positive, "a positive integer"),
-    ("stop", lambda v: v in STOP_RULES, f"one of {STOP_RULES}"),
-    ("seed", lambda v: v is None or non_negative(v), "a non-negative integer or None"),
-    ("weights", _weights, "a dict of positive numbers"),
-    ("epoch", non_negative, "a non-negative integer"),
-    ("step", non_negative, "a non-negative integer"),
-    ("schedule", lambda v: isinstance(v, dict), "a dict"),
-    ("sources", lambda v: isinstance(v, dict) and bool(v), "a non-empty dict"),
+_NON_NEGATIVE = "a non-negative integer"
+_TOP_LEVEL: tuple[Field, ...] = (
+    Field("format_version", is_int, "an integer"),
+    Field("kind", one_of(("mixture",)), "'mixture'"),
+    Field("global_batch_size", positive, "a positive integer"),
+    Field("unit", positive, "a positive integer"),
+    Field("stop", one_of(STOP_RULES), f"one of {STOP_RULES}"),
+    Field("seed", optional(non_negative), "a non-negative integer or None"),
+    Field("weights", _dict_of(_weight), "a dict of positive numbers"),
+    Field("epoch", non_negative, _NON_NEGATIVE),
+    Field("step", non_negative, _NON_NEGATIVE),
+    Field("schedule", is_dict, "a dict"),
+    Field("sources", lambda v: isinstance(v, dict) and bool(v), "a non-empty dict"),
 )
-_SCHEDULE: tuple[tuple[str, Check, str], ...] = (
-    ("since", non_negative, "a non-negative integer"),
-    ("units", _counts, "a dict of non-negative integers"),
+_SCHEDULE: tuple[Field, ...] = (
+    Field("since", non_negative, _NON_NEGATIVE),
+    Field("units", _dict_of(non_negative), "a dict of non-negative integers"),
 )
-_SOURCE: tuple[tuple[str, Check, str], ...] = (
-    ("epoch", non_negative, "a non-negative integer"),
-    ("taken", non_negative, "a non-negative integer"),
-    ("passes", non_negative, "a non-negative integer"),
-    ("state", lambda v: isinstance(v, dict), "a dict (a single-table state)"),
+_SOURCE: tuple[Field, ...] = (
+    Field("epoch", non_negative, _NON_NEGATIVE),
+    Field("taken", non_negative, _NON_NEGATIVE),
+    Field("passes", non_negative, _NON_NEGATIVE),
+    Field("state", is_dict, "a dict (a single-table state)"),
 )
 MUST_MATCH = ("global_batch_size", "unit", "stop", "seed")
 """Mixture settings that decide the future batches; ``weights`` only with ``reweight``."""
@@ -101,6 +106,7 @@ class MixtureState:
                 "this is the state of a single StreamingDataset, not of a StreamingMixture; "
                 "load it into the dataset it came from"
             )
+        state = plain_ints(state)  # numpy integers are integers; the parsed state holds ints
         check_fields(state, _TOP_LEVEL[:1], "")
         assert isinstance(state, dict)
         if state["format_version"] != MIXTURE_FORMAT:
@@ -232,4 +238,4 @@ def merge_mixture_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 f"mixture states 0 and {index} stand at different source positions at the same "
                 "step; they come from different runs"
             )
-    return dict(states[0])
+    return plain_ints(dict(states[0]))

@@ -10,24 +10,34 @@ and none of them changes anything.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.checks import type_fix
+from ..core.checks import (
+    Check,
+    Field,
+    ListOf,
+    first_refused,
+    is_bool,
+    is_dict,
+    is_int,
+    non_negative,
+    optional,
+    plain_ints,
+    positive,
+    type_fix,
+)
 from ..core.plan import PLAN_FORMAT
 from ..core.progress import Anchor, SplitProgress
 from ..errors import TableMovedWarning
 
 __all__ = [
     "FORMAT_VERSION",
-    "Check",
     "PACKING_SETTINGS",
     "StreamState",
     "check_compatible",
     "check_fields",
-    "is_int",
-    "non_negative",
     "parse_state",
     "plan_differences",
     "plan_mismatches",
@@ -47,81 +57,49 @@ _PEER_HINT = (
 )
 
 
-def is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def non_negative(value: object) -> bool:
-    return is_int(value) and value >= 0  # type: ignore[operator]
-
-
-def _positive(value: object) -> bool:
-    return is_int(value) and value > 0  # type: ignore[operator]
-
-
-class ListOf:
-    """A check for a list whose items each pass ``item`` (described as ``expected``)."""
-
-    def __init__(self, item: Check, expected: str) -> None:
-        self.item, self.expected = item, expected
-
-    def __call__(self, value: object) -> bool:
-        return isinstance(value, list) and all(self.item(entry) for entry in value)
-
-    def culprit(self, value: object) -> int | None:
-        """The index of the first refused item (``None``: ``value`` is no list)."""
-        if not isinstance(value, list):
-            return None
-        return next((index for index, entry in enumerate(value) if not self.item(entry)), None)
-
-
 _int_list = ListOf(non_negative, "a non-negative integer")
+_POSITIVE = "a positive integer"
+_NON_NEGATIVE = "a non-negative integer"
+_INTEGERS = "a list of non-negative integers"
 
-
-def _optional_str(value: object) -> bool:
-    return value is None or isinstance(value, str)
-
-
-def _str_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-Check = Callable[[object], bool]
-
-_TOP_LEVEL: tuple[tuple[str, Check, str], ...] = (
-    ("format_version", is_int, "an integer"),
-    ("num_splits", _positive, "a positive integer"),
-    ("shuffle", lambda v: isinstance(v, bool), "a bool"),
-    ("shuffle_seed", non_negative, "a non-negative integer"),
-    ("epoch", non_negative, "a non-negative integer"),
-    ("plan", lambda v: isinstance(v, dict), "a dict"),
-    ("samples_consumed_per_split", _int_list, "a list of non-negative integers"),
-    ("positions_consumed_per_split", _int_list, "a list of non-negative integers"),
-    ("owned_splits", _int_list, "a list of non-negative integers"),
-    ("table", lambda v: isinstance(v, dict), "a dict"),
-    ("filter", _optional_str, "a string or None"),
-    ("columns", _str_list, "a list of column names"),
+_TOP_LEVEL: tuple[Field, ...] = (
+    Field("format_version", is_int, "an integer"),
+    Field("num_splits", positive, _POSITIVE),
+    Field("shuffle", is_bool, "a bool"),
+    Field("shuffle_seed", non_negative, _NON_NEGATIVE),
+    Field("epoch", non_negative, _NON_NEGATIVE),
+    Field("plan", is_dict, "a dict"),
+    Field("samples_consumed_per_split", _int_list, _INTEGERS),
+    Field("positions_consumed_per_split", _int_list, _INTEGERS),
+    Field("owned_splits", _int_list, _INTEGERS),
+    Field("table", is_dict, "a dict"),
+    Field("filter", optional(lambda v: isinstance(v, str)), "a string or None"),
+    Field(
+        "columns",
+        lambda v: isinstance(v, list) and all(isinstance(name, str) for name in v),
+        "a list of column names",
+    ),
 )
-_PLAN_FIELDS: tuple[tuple[str, Check, str], ...] = (
-    ("block_rows", _positive, "a positive integer"),
-    ("window_rows", _positive, "a positive integer"),
-    ("clump_rows", _positive, "a positive integer"),
-    ("plan_format", _positive, "a positive integer"),
+_PLAN_FIELDS: tuple[Field, ...] = (
+    Field("block_rows", positive, _POSITIVE),
+    Field("window_rows", positive, _POSITIVE),
+    Field("clump_rows", positive, _POSITIVE),
+    Field("plan_format", positive, _POSITIVE),
 )
-_PACKING_FIELDS: tuple[tuple[str, Check, str], ...] = (
-    ("pack_sequences", _positive, "a positive integer"),
-    ("eos_id", is_int, "an integer"),
-    ("pad_id", is_int, "an integer"),
-    ("blocks_per_epoch", _positive, "a positive integer"),
-    (
+_PACKING_FIELDS: tuple[Field, ...] = (
+    Field("pack_sequences", positive, _POSITIVE),
+    Field("eos_id", is_int, "an integer"),
+    Field("pad_id", is_int, "an integer"),
+    Field("blocks_per_epoch", positive, _POSITIVE),
+    Field(
         "anchors",
         lambda v: isinstance(v, list) and all(_int_list(a) and len(a) == 3 for a in v),
         "a list of [blocks, document, offset] lists of non-negative integers",
     ),
 )
-_TABLE_FIELDS: tuple[tuple[str, Check, str], ...] = (
-    ("uri", lambda v: isinstance(v, str), "a string"),
-    ("version", _positive, "a positive integer"),
+_TABLE_FIELDS: tuple[Field, ...] = (
+    Field("uri", lambda v: isinstance(v, str), "a string"),
+    Field("version", positive, _POSITIVE),
 )
 
 # Plan inputs that must match on load and on merge, with how to fix a mismatch.
@@ -214,7 +192,7 @@ class StreamState:
         return {**dict(zip(PACKING_SETTINGS, self.packing, strict=True)), "anchors": anchors}
 
 
-def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefix: str) -> None:
+def check_fields(data: object, fields: Sequence[Field], prefix: str) -> None:
     """Check that ``data`` is a dict with every field of ``fields`` present and valid.
 
     Raises:
@@ -225,15 +203,16 @@ def check_fields(data: object, fields: tuple[tuple[str, Check, str], ...], prefi
             f"state {prefix or 'object'} must be a dict, got {type(data).__name__}; pass the dict "
             "returned by state_dict() or merge_state_dicts(), unmodified"
         )
-    for name, check, expected in fields:
-        where = f"{prefix}.{name}" if prefix else name
-        if name not in data:
-            raise ValueError(
-                f"state is missing {where!r}; pass the dict returned by state_dict() "
-                "or merge_state_dicts(), unmodified"
-            )
-        if not check(data[name]):
-            raise ValueError(_refusal(where, data[name], check, expected))
+    field = first_refused(data, fields)
+    if field is None:
+        return
+    where = f"{prefix}.{field.name}" if prefix else field.name
+    if field.name not in data:
+        raise ValueError(
+            f"state is missing {where!r}; pass the dict returned by state_dict() "
+            "or merge_state_dicts(), unmodified"
+        )
+    raise ValueError(_refusal(where, data[field.name], field.check, field.expected))
 
 
 def _refusal(where: str, value: object, check: Check, expected: str) -> str:
@@ -263,6 +242,7 @@ def parse_state(state: object) -> StreamState:
             key, a wrong type, a list of the wrong length, an owned split out of
             range, or a position below its count.
     """
+    state = plain_ints(state)  # numpy integers are integers; the parsed state holds ints
     if isinstance(state, dict) and "format_version" not in state and "samples_consumed_per_split" in state:
         raise ValueError(_PEER_HINT)
     _refuse_a_whole_checkpoint(state)
