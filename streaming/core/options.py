@@ -7,6 +7,7 @@ in every state dict; the rest are I/O settings that never change the order.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -315,10 +316,18 @@ def check_handle_options(values: dict[str, Any]) -> None:
 
 
 def as_epoch(epoch: object) -> int:
-    """``epoch`` as an int (numpy integers too); ``ValueError`` unless a non-negative integer."""
-    if not non_negative(epoch):
+    """``epoch`` as an int; ``ValueError`` unless a non-negative integer.
+
+    Anything ``operator.index`` takes counts (numpy integers, 0-d integer arrays and
+    tensors, which frameworks pass to ``set_epoch``), but not a bool.
+    """
+    try:
+        value = None if isinstance(epoch, bool) else operator.index(epoch)  # type: ignore[arg-type]
+    except TypeError:
+        value = None
+    if value is None or value < 0:
         raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}; pass epoch=0 or more")
-    return int(epoch)  # type: ignore[call-overload]
+    return value
 
 
 def check_options(values: dict[str, Any]) -> Options:
