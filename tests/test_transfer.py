@@ -214,6 +214,7 @@ def preload_list():
 
 def test_the_default_fork_server_preloads_torch_but_not_lance_and_keeps_the_program_list(uri, preload_list):
     iterator = iter(loader(uri, 2))
+    next(iterator)  # workers (and the fork server) start at the first next()
     iterator.close()
     preload = preload_list._preload_modules
     assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)
