@@ -65,7 +65,7 @@ class Spawn(SpawnContext):
 
 
 def main(uri: str, fifo: str, method: str) -> int:
-    """Interrupt ``iter()`` after the first worker started, let it finish starting, report."""
+    """Interrupt the first ``next()`` after the first worker started, let it finish starting, report."""
     dataset = StreamingDataset(uri, num_splits=2, shuffle_seed=1, transform=HoldOnArrival(fifo, os.getpid()))
     contexts = {"forkserver": ForkServer, "spawn": Spawn}
     context = contexts[method]() if method in contexts else None
@@ -74,7 +74,7 @@ def main(uri: str, fifo: str, method: str) -> int:
         ForkServerProcess.start = lambda self: _interrupt_after(functools.partial(start, self))  # type: ignore[method-assign]
     loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context=context)
     with contextlib.suppress(KeyboardInterrupt):
-        iter(loader)
+        next(iter(loader))  # the first next() starts the workers
     gc.collect()  # the interrupted iterator's queues are gone: their semaphores unlinked
     workers = multiprocessing.active_children()
     with open(fifo, "wb") as release:

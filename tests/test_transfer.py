@@ -99,9 +99,12 @@ def test_a_ring_of_large_slots_is_capped_but_keeps_two():
 def test_the_loader_sizes_rings_from_prefetch_factor(uri):
     for prefetch, slots in ((None, 4), (5, 7)):
         iterator = iter(loader(uri, 2, prefetch_factor=prefetch))
+        next(iterator)  # an iterator starts its workers (and rings) at its first next()
         assert iterator._channel.slots == slots
         iterator.close()
-    assert iter(loader(uri, 0))._channel is None, "no workers, no rings"
+    iterator = iter(loader(uri, 0))
+    next(iterator)
+    assert iterator._channel is None, "no workers, no rings"
 
 
 def test_no_ring_takes_more_than_a_quarter_of_the_free_shared_memory(channel, monkeypatch):
@@ -211,6 +214,7 @@ def preload_list():
 
 def test_the_default_fork_server_preloads_torch_but_not_lance_and_keeps_the_program_list(uri, preload_list):
     iterator = iter(loader(uri, 2))
+    next(iterator)  # workers (and the fork server) start at the first next()
     iterator.close()
     preload = preload_list._preload_modules
     assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)

@@ -450,6 +450,7 @@ class _Committing(Guarded):
         self._dataset = loader._streaming
         self._busy = False
         self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self._channel: transfer.Channel | None = None
         self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
