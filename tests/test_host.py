@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from mixtures import make_tables, mixture
 
 from streaming import StreamingDataLoader, StreamingDataset, StreamingMixture
+from streaming.core.lifecycle import Guarded, Lifecycle
 from streaming.dataset import host
 
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
@@ -58,3 +60,39 @@ def test_the_api_page_lists_the_user_facing_members_and_none_of_the_protocol():
     for target, cls in classes.items():
         assert all(hasattr(cls, name) for name in members[target]), target
         assert not internal & set(members[target]), target
+
+
+class _Items(Guarded):
+    """A Guarded iterator over a list, for the lifecycle's own rules."""
+
+    def __init__(self, items: list[int]) -> None:
+        super().__init__("iter(items)")
+        self._items = iter(items)
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def _advance(self) -> int:
+        return next(self._items)
+
+    def _release(self) -> None:
+        pass
+
+
+def test_one_lifecycle_ships_pickles_and_keeps_an_unstarted_iterator_across_set_epoch():
+    lifecycle = Lifecycle()
+    unstarted = _Items([1, 2])
+    lifecycle.live.hold(unstarted)
+    assert lifecycle.set_epoch(1) is None and unstarted.live  # it follows the new epoch
+    assert next(unstarted) == 1
+    with pytest.raises(RuntimeError, match=r"cannot load_state_dict while iter\(items\) has not finished"):
+        lifecycle.refuse_started("load_state_dict")
+    with lifecycle.shipping():
+        loaders = lifecycle.pickled(for_child=True)
+    assert loaders.for_loader and loaders.trainer_pid == os.getpid() and not lifecycle.shipped
+    assert unstarted.live, "a loader's pickle leaves the live iterator alone"
+    plain = lifecycle.pickled(for_child=True)
+    assert not plain.for_loader and lifecycle.shipped and not unstarted.live
+    with pytest.raises(RuntimeError, match="closed by the worker processes of a plain DataLoader"):
+        next(unstarted)

@@ -236,6 +236,28 @@ class Lifecycle:
         finally:
             self.for_loader = False
 
+    def set_epoch(self, epoch: int, *, anything_left: bool = True) -> Guarded | None:
+        """``set_epoch(epoch)`` closes the live iterator if it has taken a position (an
+        unstarted one stays live and starts in the new epoch); return the one closed."""
+        return self.live.close_live(f"set_epoch({epoch})", anything_left=anything_left, keep_unstarted=True)
+
+    def refuse_started(self, action: str) -> None:
+        """Refuse ``action`` (``load_state_dict``) while an iterator that has taken a
+        position is held; one not yet asked for an item starts where ``action`` leaves
+        the object.
+
+        Raises:
+            RuntimeError: such an iterator is held, or a ``next()`` runs right now.
+        """
+        self.live.refuse_race(action)
+        live = self.live.started()
+        if live is not None:
+            raise RuntimeError(
+                f"cannot {action} while {live.description} has not finished and is still held: it "
+                "would go on delivering from the position this call replaces; call its close() "
+                "(or drop every reference to it) first"
+            )
+
     def pickled(self, *, for_child: bool) -> Lifecycle:
         """The lifecycle a pickled copy carries: no live iterator, this process as trainer.
 

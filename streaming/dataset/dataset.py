@@ -349,8 +349,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         if epoch == self.epoch:
             return
         left, whole = self._left(), sum(self.remaining(whole=True)[split] for split in self._rank_splits)
-        live = self._lifecycle.live
-        closed = live.close_live(f"set_epoch({epoch})", anything_left=left > 0, keep_unstarted=True)
+        closed = self._lifecycle.set_epoch(epoch, anything_left=left > 0)
         if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
             _LOG.info(
                 "set_epoch(%d) leaves epoch %d of rank %d with %d of %d samples undelivered%s",

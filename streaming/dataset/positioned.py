@@ -199,7 +199,7 @@ class PositionedDataset:
                 not finished and is still held (close it or drop it first).
         """
         self._refuse_evaluation("load_state_dict")
-        self._refuse_live("load_state_dict")
+        self._lifecycle.refuse_started("load_state_dict")
         view, progress = self.check_load(state)
         self.adopt(view, progress)
 
@@ -276,18 +276,6 @@ class PositionedDataset:
                 f"cannot {action}: this dataset was built with evaluation=True, so every iter() "
                 "restarts at position 0 of its epoch and it keeps no resumable position; "
                 "checkpoint the training dataset instead"
-            )
-
-    def _refuse_live(self, action: str) -> None:
-        """Refuse while an iterator that has taken a position is held (one not yet
-        asked for an item starts from wherever ``action`` leaves the dataset)."""
-        self._lifecycle.live.refuse_race(action)
-        live = self._lifecycle.live.started()
-        if live is not None:
-            raise RuntimeError(
-                f"cannot {action} while {live.description} has not finished and is still held: it "
-                "would go on delivering from the position this call replaces; call its close() "
-                "(or drop every reference to it) first"
             )
 
     def _state_of(self, progress: Sequence[SplitProgress]) -> dict[str, Any]:

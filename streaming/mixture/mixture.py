@@ -318,7 +318,7 @@ class StreamingMixture(IterableDataset[Any]):
         epoch = as_epoch(epoch)
         if epoch == self._epoch:
             return
-        self._lifecycle.live.close_live(f"set_epoch({epoch})", keep_unstarted=True)
+        self._lifecycle.set_epoch(epoch)
         sources = {
             name: SourcePosition(epoch=where.epoch + (1 if where.taken else 0))
             for name, where in self._position.sources.items()
@@ -410,12 +410,7 @@ class StreamingMixture(IterableDataset[Any]):
                 plan input that differs (named with the source); a malformed state.
             RuntimeError: an iterator of this mixture is unfinished and still held.
         """
-        live = self._lifecycle.live.started()  # one not yet asked for an item starts at the loaded position
-        if live is not None:
-            raise RuntimeError(
-                f"cannot load_state_dict while {live.description} has not finished and is still "
-                "held; call its close() (or drop every reference to it) first"
-            )
+        self._lifecycle.refuse_started("load_state_dict")  # an unstarted one follows the load
         saved = MixtureState.from_dict(state)
         check_saved_sources(list(saved.tables), list(self._sources))
         settings = {
