@@ -30,11 +30,13 @@ Pure Python: no torch, no Lance.
 from __future__ import annotations
 
 import inspect
+import os
 import weakref
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Guarded", "LiveSlot", "Samples"]
+__all__ = ["Guarded", "Lifecycle", "LiveSlot", "Samples"]
 
 
 class Guarded(Iterator[Any]):
@@ -193,3 +195,80 @@ class LiveSlot:
                 iterator.close()
         self._ref = None
         return iterator
+
+
+class Lifecycle:
+    """What a dataset and a mixture share about their iterators and their pickles.
+
+    - ``live``: the one live iterator (``LiveSlot``).
+    - ``for_loader``: a ``StreamingDataLoader`` is starting its iterator, so a pickle
+      made now is the loader's (its workers' progress comes back); copies sent to
+      those workers keep it set.
+    - ``shipped``: the object was pickled for the workers of a plain DataLoader,
+      whose progress never comes back, so its state would be wrong.
+    - ``trainer_pid``: in a copy sent to a worker process, the trainer's pid (the
+      worker stops when the trainer is gone).
+    """
+
+    def __init__(self) -> None:
+        self.live = LiveSlot()
+        self.for_loader = False
+        self.shipped = False
+        self.trainer_pid: int | None = None
+
+    def supersede(self, description: str, *, anything_left: bool = True) -> None:
+        """A new iterator (``description``) closes the live one."""
+        self.live.close_live(f"a new iterator ({description})", anything_left=anything_left)
+
+    def hold(self, iterator: Guarded) -> Guarded | None:
+        """Make a loader's iterator the live one; return the one it wraps, if any (the
+        object's own iterator, made by a loader with ``num_workers=0``)."""
+        inner = self.live.current()
+        self.live.hold(iterator)
+        return None if inner is iterator else inner  # a loader's next epoch: nothing wrapped
+
+    @contextmanager
+    def shipping(self) -> Iterator[None]:
+        """While a loader starts its iterator: pickles made meanwhile are the loader's."""
+        self.for_loader = True
+        try:
+            yield
+        finally:
+            self.for_loader = False
+
+    def set_epoch(self, epoch: int, *, anything_left: bool = True) -> Guarded | None:
+        """``set_epoch(epoch)`` closes the live iterator if it has taken a position (an
+        unstarted one stays live and starts in the new epoch); return the one closed."""
+        return self.live.close_live(f"set_epoch({epoch})", anything_left=anything_left, keep_unstarted=True)
+
+    def refuse_started(self, action: str) -> None:
+        """Refuse ``action`` (``load_state_dict``) while an iterator that has taken a
+        position is held; one not yet asked for an item starts where ``action`` leaves
+        the object.
+
+        Raises:
+            RuntimeError: such an iterator is held, or a ``next()`` runs right now.
+        """
+        self.live.refuse_race(action)
+        live = self.live.started()
+        if live is not None:
+            raise RuntimeError(
+                f"cannot {action} while {live.description} has not finished and is still held: it "
+                "would go on delivering from the position this call replaces; call its close() "
+                "(or drop every reference to it) first"
+            )
+
+    def pickled(self, *, for_child: bool) -> Lifecycle:
+        """The lifecycle a pickled copy carries: no live iterator, this process as trainer.
+
+        A pickle for a child process (``for_child``) made outside ``shipping`` is a
+        plain DataLoader's: this object is then marked shipped and its live iterator
+        closed (the workers' progress never comes back).
+        """
+        copy = Lifecycle()
+        copy.for_loader = self.for_loader
+        copy.trainer_pid = os.getpid()
+        if for_child and not self.for_loader:
+            self.shipped = True
+            self.live.close_live("the worker processes of a plain DataLoader")
+        return copy

@@ -14,7 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _compat
 from ..core import stats
-from ..core.lifecycle import Guarded, LiveSlot, Samples
+from ..core.lifecycle import Guarded, Samples
 from ..core.options import (
     DEFAULT_IO_QUEUE_DEPTH,
     DEFAULT_READ_BATCH_SIZE,
@@ -251,9 +251,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators
-        self._for_loader = False  # a StreamingDataLoader is starting its iterator
         self._loader_batch_rows = 0  # rows per columnar batch that loader wants (0: samples)
-        self._trainer_pid: int | None = None  # set in copies sent to worker processes
         self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (0, (0, 1), ())
         """(worker id, (split group, groups), splits) of this process's iterator."""
         self._worker_order: tuple[int, ...] = ()  # split group of each worker the loader starts
@@ -276,7 +274,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             info = get_worker_info()
             if info is not None:
                 source.check_fork_safety()
-                watchdog.watch_trainer(self._trainer_pid)
+                watchdog.watch_trainer(self._lifecycle.trainer_pid)
         return (0, 1) if info is None else (int(info.id), int(info.num_workers))
 
     def __iter__(self) -> Iterator[Any]:
@@ -289,9 +287,9 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         An evaluation dataset starts at position 0 of its epoch every time.
         """
         worker, num_workers = self._worker()
-        for_loader = self._for_loader  # else the loader has superseded the live iterator already
+        for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
         if not for_loader and get_worker_info() is None:  # a plain DataLoader's worker has none
-            self._supersede("iter(dataset)")
+            self.supersede("iter(dataset)")
         group = self._worker_order[worker] if len(self._worker_order) == num_workers else worker
         splits = self._rank_splits
         if num_workers > 1:
@@ -299,13 +297,13 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         self._iterating = (worker, (group, num_workers), tuple(splits))
         stream = self._run(splits, for_loader=for_loader, batch_rows=self._loader_batch_rows)
         iterator = Samples(stream, "iter(dataset)")
-        self._live.hold(iterator)
+        self._lifecycle.live.hold(iterator)
         return iterator
 
     def _run(self, splits: list[int], *, for_loader: bool, batch_rows: int) -> Generator[Any, None, None]:
         """The samples of ``splits`` from where the dataset stands at the first ``next()``."""
         if not for_loader:  # a loader begins the iteration itself
-            self._begin_iteration(stacklevel=5)
+            self.begin_iteration(stacklevel=5)
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
         else:  # a StreamingDataLoader moves an endless dataset on between its epochs
@@ -324,9 +322,9 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         """This epoch's rest, then every later epoch's samples, without end."""
         while True:
             yield from self._stream(splits)
-            self._next_epoch()
+            self.next_epoch()
 
-    def _next_epoch(self) -> None:
+    def next_epoch(self) -> None:
         """Move an endless dataset into the next epoch (the iterator stays live)."""
         _LOG.info(
             "endless dataset of rank %d moves from epoch %d to %d", self.rank, self.epoch, self.epoch + 1
@@ -350,8 +348,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         epoch = as_epoch(epoch)
         if epoch == self.epoch:
             return
-        left, whole = self._left(), sum(self._remaining(whole=True)[split] for split in self._rank_splits)
-        closed = self._live.close_live(f"set_epoch({epoch})", anything_left=left > 0, keep_unstarted=True)
+        left, whole = self._left(), sum(self.remaining(whole=True)[split] for split in self._rank_splits)
+        closed = self._lifecycle.set_epoch(epoch, anything_left=left > 0)
         if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
             _LOG.info(
                 "set_epoch(%d) leaves epoch %d of rank %d with %d of %d samples undelivered%s",
@@ -394,22 +392,34 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             **totals,
         }
 
-    # -- hooks for StreamingDataLoader (not public API) -------------------------
+    # -- package-internal: the loader's host protocol (see host.py) ------------
 
-    def _supersede(self, description: str) -> None:
+    @property
+    def counters(self) -> Counters:
+        """The read counters of this process's iterators."""
+        return self._counters
+
+    def user_functions(self) -> list[tuple[str, object]]:
+        """(keyword, value) of the user's functions a worker process must unpickle."""
+        return [
+            ("transform", self._options.transform),
+            ("on_transform_error", self._options.on_transform_error),
+        ]
+
+    def supersede(self, description: str) -> None:
         """A new iterator (``description``) closes the live one; an endless dataset whose
         epoch was fully delivered moves on at once (its ``epoch`` says where ``iter()`` is)."""
-        self._live.close_live(f"a new iterator ({description})", anything_left=self._left() > 0)
+        self._lifecycle.supersede(description, anything_left=self._left() > 0)
         if self._options.endless and not self._options.evaluation and self._left() == 0:
-            self._next_epoch()
+            self.next_epoch()
 
-    def _begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
+    def begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
         """At an iterator's first ``next()``: restart an evaluation pass, move an endless
         dataset on, or warn that the epoch was fully delivered."""
         if self._options.evaluation:
             self._restart()
         elif self._left() == 0 and self._options.endless:
-            self._next_epoch()
+            self.next_epoch()
         elif self._left() == 0 and warn:
             warnings.warn(
                 f"epoch {self.epoch} was already fully delivered, so this iterator yields "
@@ -419,26 +429,25 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
                 stacklevel=stacklevel,
             )
 
-    def _hold(self, iterator: Guarded) -> Guarded | None:
+    def hold(self, iterator: Guarded) -> Guarded | None:
         """Make a loader's iterator the live one; return the one it wraps, if any (its
         own ``iter(dataset)`` with ``num_workers=0``)."""
-        inner = self._live.current()
-        self._live.hold(iterator)
-        return None if inner is iterator else inner  # an endless loader's next epoch: no wrap
+        return self._lifecycle.hold(iterator)
 
     @contextmanager
-    def _shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
+    def shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
         """While a loader starts its iterator: yield columnar batches of ``batch_rows``
         (0: samples); a pickle for a worker process is the loader's, not a plain
         DataLoader's; workers take the split groups that are behind first."""
-        self._for_loader, self._loader_batch_rows = True, batch_rows
+        self._loader_batch_rows = batch_rows
         self._worker_order = self._ledger.groups_behind_first(num_workers)
         try:
-            yield
+            with self._lifecycle.shipping():
+                yield
         finally:
-            self._for_loader, self._loader_batch_rows, self._worker_order = False, 0, ()
+            self._loader_batch_rows, self._worker_order = 0, ()
 
-    def _worker_report(self) -> WorkerReport:
+    def worker_report(self) -> WorkerReport:
         """In a worker process: the progress of the splits this worker's iterator owns."""
         worker, group, splits = self._iterating
         progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
@@ -447,12 +456,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, snapshot and position, no handles."""
         state = dict(self.__dict__)
-        state["_live"] = LiveSlot()
-        state["_trainer_pid"] = os.getpid()
         state["_counters"] = Counters()
         state["_worker_counters"] = {}
-        state["_shipped"] = False
-        if _compat.pickling_for_child_process() and not self._for_loader:
-            self._shipped = True  # a plain DataLoader's worker: its progress never comes back
-            self._live.close_live("the worker processes of a plain DataLoader")
+        state["_lifecycle"] = self._lifecycle.pickled(for_child=_compat.pickling_for_child_process())
         return state

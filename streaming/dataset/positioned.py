@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core.ledger import Ledger
-from ..core.lifecycle import LiveSlot
+from ..core.lifecycle import Lifecycle
 from ..core.options import Options
 from ..core.plan import EpochPlan
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
@@ -39,8 +39,7 @@ class PositionedDataset:
         self._tag_snapshot = tag_snapshot
         if tag_snapshot:
             source.protect(view.snapshot)
-        self._live = LiveSlot()  # the one live iterator of this object
-        self._shipped = False  # pickled for the worker processes of a plain DataLoader
+        self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
         self._ledger = Ledger(self._rank_splits)
         self._restart()
@@ -116,6 +115,11 @@ class PositionedDataset:
         return list(self._rank_splits)
 
     @property
+    def options(self) -> Options:
+        """The settings in use (package-internal: read-only, see ``dataset.host``)."""
+        return self._options
+
+    @property
     def endless(self) -> bool:
         """True for a dataset that moves into the next epoch by itself."""
         return self._options.endless
@@ -135,10 +139,10 @@ class PositionedDataset:
 
     def _left(self) -> int:
         """Samples (or packed blocks) of this rank left in this epoch."""
-        remaining = self._remaining()
+        remaining = self.remaining()
         return sum(remaining[split] for split in self._rank_splits)
 
-    def _remaining(self, *, whole: bool = False) -> list[int]:
+    def remaining(self, *, whole: bool = False) -> list[int]:
         """Samples (or blocks) each split has left in this epoch (``whole``: all of it).
 
         Raises:
@@ -165,7 +169,7 @@ class PositionedDataset:
                 DataLoader workers ("consume more batches").
         """
         self._refuse_evaluation("state_dict")
-        if self._shipped:
+        if self._lifecycle.shipped:
             raise RuntimeError(
                 "this dataset was sent to the worker processes of a plain DataLoader, whose "
                 "progress never reaches this process, so its state would be wrong; iterate it "
@@ -195,12 +199,13 @@ class PositionedDataset:
                 not finished and is still held (close it or drop it first).
         """
         self._refuse_evaluation("load_state_dict")
-        self._refuse_live("load_state_dict")
-        view, progress = self._checked_load(state)
-        self._adopt(view, progress)
+        self._lifecycle.refuse_started("load_state_dict")
+        view, progress = self.check_load(state)
+        self.adopt(view, progress)
 
-    def _checked_load(self, state: dict[str, Any]) -> tuple[TableView, tuple[SplitProgress, ...]]:
-        """The view and progress ``state`` resumes, validated; changes nothing."""
+    def check_load(self, state: dict[str, Any]) -> tuple[TableView, tuple[SplitProgress, ...]]:
+        """The view and progress ``state`` resumes, validated; changes nothing
+        (package-internal: ``adopt`` applies it)."""
         saved = StreamState.from_dict(state)
         pinned = self._view.snapshot.at_version(saved.version)
         handle = source.open_snapshot(pinned, fresh=True)
@@ -208,7 +213,7 @@ class PositionedDataset:
         index = self._view.filter_index if same else None
         options = self._options.adopting(block_rows=saved.block_rows, window_rows=saved.window_rows)
         view = open_view(pinned, handle, options, epoch=saved.epoch, filter_index=index)
-        check_compatible(saved, self._describe(view, saved.progress), split_length=view.plan.split_length)
+        check_compatible(saved, self.describe(view, saved.progress), split_length=view.plan.split_length)
         return view, saved.progress
 
     def _epoch_view(self, epoch: int) -> TableView:
@@ -230,19 +235,19 @@ class PositionedDataset:
         _LOG.info("epoch %d of rank %d reads version %d of %s", epoch, self.rank, version, snapshot.uri)
         return view
 
-    def _view_at(self, epoch: int) -> TableView:
-        """This dataset's snapshot planned for ``epoch``."""
+    def view_at(self, epoch: int) -> TableView:
+        """This dataset's snapshot planned for ``epoch`` (package-internal)."""
         return self._view if self._view.epoch == epoch else self._view.for_epoch(self._options, epoch)
 
-    def _adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
-        """Swap in a validated view and progress (see ``_checked_load``)."""
+    def adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
+        """Swap in a validated view and progress (see ``check_load``)."""
         settings = view.plan.settings
         self._options = self._options.adopting(
             block_rows=settings.block_rows, window_rows=settings.window_rows
         )
         self._view = view
         self._restart(progress)
-        self._shipped = False
+        self._lifecycle.shipped = False
         if self._tag_snapshot:
             source.protect(view.snapshot)
 
@@ -273,24 +278,13 @@ class PositionedDataset:
                 "checkpoint the training dataset instead"
             )
 
-    def _refuse_live(self, action: str) -> None:
-        """Refuse while an iterator that has taken a position is held (one not yet
-        asked for an item starts from wherever ``action`` leaves the dataset)."""
-        self._live.refuse_race(action)
-        live = self._live.started()
-        if live is not None:
-            raise RuntimeError(
-                f"cannot {action} while {live.description} has not finished and is still held: it "
-                "would go on delivering from the position this call replaces; call its close() "
-                "(or drop every reference to it) first"
-            )
-
     def _state_of(self, progress: Sequence[SplitProgress]) -> dict[str, Any]:
         """The state dict for boundary ``progress``: splits of other ranks in lockstep."""
         lockstep = self._ledger.lockstep(progress, split_length=self._view.plan.split_length)
-        return self._describe(self._view, lockstep).to_dict()
+        return self.describe(self._view, lockstep).to_dict()
 
-    def _describe(self, view: TableView, progress: Sequence[SplitProgress]) -> StreamState:
+    def describe(self, view: TableView, progress: Sequence[SplitProgress]) -> StreamState:
+        """The state of this dataset at ``progress`` in ``view`` (package-internal)."""
         settings, packing = view.plan.settings, view.packing
         return StreamState(
             num_splits=self.num_splits,
@@ -309,22 +303,27 @@ class PositionedDataset:
             packing=None if packing is None else dataclasses.astuple(packing),
         )
 
-    # -- hooks for StreamingDataLoader (not public API) -------------------------
+    # -- package-internal: StreamingDataLoader and StreamingMixture (see host.py) -
 
-    def _commit(self, report: WorkerReport) -> None:
+    @property
+    def worker_counters(self) -> dict[tuple[int, int], dict[str, float]]:
+        """The latest counters of every (pid, worker) whose batch was committed (live dict)."""
+        return self._worker_counters
+
+    def commit(self, report: WorkerReport) -> None:
         """Adopt a worker's report: its batch was handed to the trainer."""
         self._ledger.commit(report.progress, group=report.group)
         self._worker_counters[(report.pid, report.worker)] = report.counters
 
-    def _position(self) -> Mark:
+    def mark(self) -> Mark:
         """Where this process's cursor stands now (cheap: three list copies)."""
         return self._ledger.cursor.mark()
 
-    def _rewind(self, mark: Mark) -> None:
+    def rewind(self, mark: Mark) -> None:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
         self._ledger.cursor.restore(mark)
 
-    def _boundary_state(self) -> dict[str, Any]:
+    def boundary_state(self) -> dict[str, Any]:
         """The state at the last logical step boundary of the loader's workers."""
         self._refuse_evaluation("state_dict")
         boundary = self._ledger.cursor.progress() if self._ledger.at_boundary() else self._ledger.boundary

@@ -18,6 +18,7 @@ from ..core import stats
 from ..core.lifecycle import Guarded
 from ..core.plan import worker_splits
 from ..dataset.dataset import StreamingDataset
+from ..dataset.host import DatasetHost, LoaderHost
 from . import frameworks, transfer
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
@@ -59,7 +60,7 @@ class _EpochSampler(Sampler[None]):
     Lightning sets the epoch through ``loader.sampler.set_epoch``.
     """
 
-    def __init__(self, dataset: StreamingDataset) -> None:
+    def __init__(self, dataset: LoaderHost) -> None:
         self._dataset = dataset
 
     def __iter__(self) -> Iterator[None]:
@@ -138,16 +139,6 @@ def _check_len_counts(len_counts: str) -> None:
         )
 
 
-def _columnar(
-    dataset: StreamingDataset, *, collate_fn: Any, batch_size: int | None, batch_sampler: Any
-) -> bool:
-    """Whether the dataset may yield whole columnar batches, which equal default_collate's:
-    the default collate, no transform, no packing, a batch size and no batch sampler."""
-    options = dataset._options
-    plain = collate_fn in (None, default_collate) and options.transform is None
-    return plain and options.pack_sequences is None and batch_size is not None and batch_sampler is None
-
-
 def _check_picklable(keyword: str, function: object) -> None:
     if not callable(function):
         return
@@ -210,7 +201,11 @@ class StreamingDataLoader(DataLoader[Any]):
     use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
 
     _SERVED: ClassVar[dict[type, type[StreamingDataLoader]]] = {}
-    """Loader classes for other iterables (a mixture's), registered with ``serves``."""
+    """Loader classes for other iterables (a mixture's), registered with ``serves``.
+
+    A registered class shares ``__init__`` and ``__iter__`` and overrides the hooks
+    ``_accept``, ``_fit``, ``_columnar_for``, ``_collate_for``, ``_new_iterator`` and
+    ``_channel`` where its iterable differs."""
 
     @classmethod
     def serves(cls, kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
@@ -218,7 +213,7 @@ class StreamingDataLoader(DataLoader[Any]):
         when ``x`` is a ``kind`` (same arguments); the base never imports it."""
 
         def register(loader: type[_Loader]) -> type[_Loader]:
-            StreamingDataLoader._SERVED[kind] = loader
+            cls._SERVED[kind] = loader
             return loader
 
         return register
@@ -227,14 +222,14 @@ class StreamingDataLoader(DataLoader[Any]):
         """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
         del args, kwargs
         if cls is StreamingDataLoader:
-            for kind, loader in StreamingDataLoader._SERVED.items():
+            for kind, loader in cls._SERVED.items():
                 if isinstance(dataset, kind):
                     return super().__new__(loader)
         return super().__new__(cls)
 
     def __init__(
         self,
-        dataset: StreamingDataset,
+        dataset: Any,
         batch_size: int | None = 1,
         shuffle: bool | None = None,
         sampler: Any = None,
@@ -254,7 +249,7 @@ class StreamingDataLoader(DataLoader[Any]):
         in_order: bool = True,
         len_counts: str = "auto",
     ) -> None:
-        dataset = _check_dataset(dataset)
+        dataset = self._accept(dataset)
         given = {
             "batch_size": batch_size,
             "num_workers": num_workers,
@@ -266,17 +261,15 @@ class StreamingDataLoader(DataLoader[Any]):
         prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
         _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
         _check_len_counts(len_counts)
-        columnar = _columnar(
+        columnar = self._columnar_for(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
         )
         chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
             multiprocessing_context = _start_method(multiprocessing_context)
-            worker_splits(
-                dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
-            )
+        self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
         default = default_collate if batch_size is not None or batch_sampler is not None else default_convert
-        collate = ReportingCollate(collate_fn or default, columnar=columnar)
+        collate = self._collate_for(collate_fn or default, given=collate_fn, columnar=columnar)
         super().__init__(
             dataset,
             batch_size=None if columnar else batch_size,
@@ -298,7 +291,7 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         object.__setattr__(self, "sampler", _EpochSampler(dataset))
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
-        self._streaming = dataset
+        self._streaming: StreamingDataset = dataset  # or a registered kind's (a mixture)
         self._columnar = columnar
         self._collate = collate
         # a fork server the loader chose is preloaded; a context the user passed is left alone
@@ -307,6 +300,47 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         self._len_counts = len_counts
         self._framework_counts = False  # len() was read as the whole epoch
+
+    # -- hooks a loader registered with ``serves`` overrides ---------------------
+
+    def _accept(self, dataset: Any) -> Any:
+        """The dataset, checked to be one this class iterates."""
+        return _check_dataset(dataset)
+
+    def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
+        """Refuse a batch size or worker count the dataset cannot serve."""
+        del batch_size
+        if num_workers > 0:
+            worker_splits(
+                dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
+            )
+
+    def _columnar_for(
+        self, dataset: Any, *, collate_fn: Any, batch_size: int | None, batch_sampler: Any
+    ) -> bool:
+        """Whether the dataset may yield whole columnar batches, which equal default_collate's:
+        the default collate, no transform, no packing, a batch size and no batch sampler."""
+        options = dataset.options
+        plain = collate_fn in (None, default_collate) and options.transform is None
+        return plain and options.pack_sequences is None and batch_size is not None and batch_sampler is None
+
+    def _collate_for(self, collate: Callable[[Any], Any], *, given: Any, columnar: bool) -> Any:
+        """The DataLoader's ``collate_fn``: ``collate`` (``given``, else the default)
+        attaching each worker's report."""
+        del given
+        return ReportingCollate(collate, columnar=columnar)
+
+    def _new_iterator(self) -> Guarded:
+        """A new iterator of this loader (not yet begun)."""
+        return _Committing(self, self._streaming)
+
+    def _channel(self) -> transfer.Channel | None:
+        """The shared-memory channel of the batches about to start (set on the collate)."""
+        channel = None
+        if self.num_workers > 0 and self._columnar and transfer.available():
+            channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
+        self._collate.channel = channel
+        return channel
 
     def _counts_epoch(self) -> bool:
         """Whether this ``len()`` counts the whole epoch (see ``len_counts``)."""
@@ -321,33 +355,37 @@ class StreamingDataLoader(DataLoader[Any]):
         endless dataset, each epoch ends with its last (possibly short) batches and
         the same iterator goes on with the next epoch's, on new worker processes.
         """
-        dataset = self._streaming
+        host: LoaderHost = self._streaming
         if self.num_workers > 0:
-            _check_picklable("transform", dataset._options.transform)
-            _check_picklable("on_transform_error", dataset._options.on_transform_error)
-        dataset._supersede("iter(loader)")
-        iterator = _Committing(self)
-        dataset._hold(iterator)
+            for keyword, function in host.user_functions():
+                _check_picklable(keyword, function)
+        host.supersede("iter(loader)")
+        iterator = self._new_iterator()
+        host.hold(iterator)
         return iterator
 
-    def _begin(self, iterator: _Committing) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
-        """Start the DataLoader iterator of the dataset's current epoch for ``iterator``.
+    # -- package-internal: called by this loader's iterators (see dataset/host.py) -
 
-        Returns the batches, their shared-memory channel, and the dataset's own
+    def begin_iteration(self, *, stacklevel: int) -> None:
+        """At an iterator's first ``next()``: the host takes its position; a framework
+        that counts epochs asks past a replay allowance, so then no warning."""
+        self._streaming.begin_iteration(stacklevel=stacklevel + 1, warn=not self._framework_counts)
+
+    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
+        """Start the DataLoader's batches at the host's position for ``iterator``.
+
+        Returns the batches, their shared-memory channel, and the host's own
         iterator (``num_workers=0``) that ``iterator`` wraps.
         """
-        dataset = self._streaming
+        host: LoaderHost = self._streaming
         if self._preload:
             _compat.forkserver_preload(self.multiprocessing_context, _PRELOAD)
-        channel = None
-        if self.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
-        self._collate.channel = channel
+        channel = self._channel()
         batch_rows = self.batch_size if self._columnar and self.batch_size else 0
-        with dataset._shipping(batch_rows=batch_rows, num_workers=self.num_workers):
-            batches = super().__iter__()
+        with host.shipping(batch_rows=batch_rows, num_workers=self.num_workers):
+            batches = DataLoader.__iter__(self)
         supervise(batches, description="iter(loader)")  # dead workers, semaphore names
-        return batches, channel, dataset._hold(iterator)
+        return batches, channel, host.hold(iterator)
 
     def __len__(self) -> int:
         """Batches the next iteration yields, counting every worker's short last batch.
@@ -370,7 +408,7 @@ class StreamingDataLoader(DataLoader[Any]):
                 "epoch by itself; pass len_counts='epoch' for the batches of one epoch (what "
                 "Lightning needs to fetch no batch ahead), or count steps"
             )
-        remaining = dataset._remaining(whole=whole)
+        remaining = dataset.remaining(whole=whole)
         # an endless loader's len() is one whole epoch: a framework that starts a new
         # iterator after it lines up with the dataset's epochs
         total = self.replay_allowance() if whole and not dataset.endless else 0
@@ -413,7 +451,7 @@ class StreamingDataLoader(DataLoader[Any]):
         """
         if strict or self.num_workers == 0:
             return self._streaming.state_dict()
-        return self._streaming._boundary_state()
+        return self._streaming.boundary_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Forward to ``StreamingDataset.load_state_dict``."""
@@ -444,10 +482,10 @@ def _release(
 class _Committing(Guarded):
     """Unwraps each batch and commits its worker's report on the way out."""
 
-    def __init__(self, loader: StreamingDataLoader) -> None:
+    def __init__(self, loader: StreamingDataLoader, dataset: DatasetHost) -> None:
         super().__init__("iter(loader)")
         self._loader = loader
-        self._dataset = loader._streaming
+        self._dataset = dataset
         self._busy = False
         self._batches: Iterator[Any] | None = None  # begun at the first next()
         self._channel: transfer.Channel | None = None
@@ -456,7 +494,7 @@ class _Committing(Guarded):
 
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, self._channel, self.inner = self._loader._begin(self)
+        self._batches, self._channel, self.inner = self._loader.start(self)
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
             self,
@@ -464,7 +502,7 @@ class _Committing(Guarded):
             self._batches,
             self._channel,
             num_workers=self._loader.num_workers,
-            reports=self._dataset._worker_counters,
+            reports=self._dataset.worker_counters,
         )
 
     @property
@@ -476,14 +514,13 @@ class _Committing(Guarded):
         self._busy = True
         try:
             if self._batches is None:  # the first next(): take the committed position now
-                # a framework that counts epochs asks past a replay allowance: no warning
-                self._dataset._begin_iteration(stacklevel=5, warn=not self._loader._framework_counts)
+                self._loader.begin_iteration(stacklevel=5)
                 self._begin()
             item, batch = self._draw()
         finally:
             self._busy = False
         if item.report is not None:
-            self._dataset._commit(item.report)
+            self._dataset.commit(item.report)
         return batch
 
     def _draw(self) -> tuple[WorkerBatch, Any]:
@@ -491,7 +528,7 @@ class _Committing(Guarded):
         while True:
             # num_workers=0: the dataset's own iterator moves the cursor as the batch is
             # drawn, so a batch that fails part way must put it back
-            before = self._dataset._position() if self.inner is not None else None
+            before = self._dataset.mark() if self.inner is not None else None
             try:
                 assert self._batches is not None
                 item: WorkerBatch = next(self._batches)
@@ -502,10 +539,10 @@ class _Committing(Guarded):
             except BaseException:
                 if before is not None and self.inner is not None:
                     self.inner.close()  # folds the stride it was in
-                    self._dataset._rewind(before)
+                    self._dataset.rewind(before)
                 raise
             self._release()
-            self._dataset._next_epoch()
+            self._dataset.next_epoch()
             self._begin()
 
     def _release(self) -> None:

@@ -22,7 +22,7 @@ from ..core.progress import WorkerReport
 from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
-    from ..dataset.dataset import StreamingDataset
+    from ..dataset.host import DatasetHost
 
 __all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
 
@@ -93,7 +93,7 @@ class ReportingCollate:
         worker = get_worker_info()
         # In the trainer's own process (num_workers=0) the dataset's cursor is
         # already the committed one; only worker processes send reports.
-        report = None if worker is None else cast("StreamingDataset", worker.dataset)._worker_report()
+        report = None if worker is None else cast("DatasetHost", worker.dataset).worker_report()
         if not self.columnar:
             collated = outputs.collate(self.collate, samples)  # errors name the key and sample
             if worker is None:

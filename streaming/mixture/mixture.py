@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _compat
-from ..core.lifecycle import LiveSlot, Samples
+from ..core.lifecycle import Guarded, Lifecycle, Samples
 from ..core.options import as_epoch
 from ..core.progress import SplitProgress
 from ..dataset import watchdog
@@ -106,11 +105,8 @@ class StreamingMixture(IterableDataset[Any]):
         self._check_fits()
         self._position = self._schedule.start({name: data.epoch for name, data in self._sources.items()})
         self._epoch = 0
-        self._live = LiveSlot()
-        self._for_loader = False
+        self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
         self._columnar = False  # a loader's columnar path: yield whole batches of columns
-        self._shipped = False
-        self._trainer_pid: int | None = None
 
     def _check_fits(self) -> None:
         check_fits(self._schedule)
@@ -198,9 +194,9 @@ class StreamingMixture(IterableDataset[Any]):
             position = nxt[1]
         return counts
 
-    def _epoch_steps(self) -> int:
+    def epoch_steps(self) -> int:
         """Global batches of a whole epoch; for ``stop="never"``, those until the first
-        source would run out, counted from fresh epochs of every source."""
+        source would run out, counted from fresh epochs of every source (package-internal)."""
         if not self.endless:
             return self.step + (self._schedule.remaining_steps(self._position) or 0)
         finite = self._schedule.counted()
@@ -230,14 +226,14 @@ class StreamingMixture(IterableDataset[Any]):
         info = get_worker_info()
         if info is not None:
             source.check_fork_safety()
-            watchdog.watch_trainer(self._trainer_pid)
+            watchdog.watch_trainer(self._lifecycle.trainer_pid)
         worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
-        begin = not self._for_loader and info is None
+        begin = not self._lifecycle.for_loader and info is None
         if begin:
-            self._supersede("iter(mixture)")
+            self.supersede("iter(mixture)")
         stream = self._samples(worker, workers, columnar=self._columnar, begin=begin)
         iterator = Samples(stream, "iter(mixture)")
-        self._live.hold(iterator)
+        self._lifecycle.live.hold(iterator)
         return iterator
 
     def _samples(
@@ -246,7 +242,7 @@ class StreamingMixture(IterableDataset[Any]):
         """This process's samples (or, for a loader's columnar path, whole batches), from
         the position at the first ``next()`` (``begin``: warn there if the epoch ended)."""
         if begin:
-            self._begin_iteration(stacklevel=5)
+            self.begin_iteration(stacklevel=5)
         streams = {
             name: RankStream(data, name=name, exact=stride > 1) for name, data in self._sources.items()
         }
@@ -287,11 +283,22 @@ class StreamingMixture(IterableDataset[Any]):
             return range(size)
         return batch_order(self._seed, epoch=self._epoch, step=step, rank=self.rank, size=size)
 
-    def _supersede(self, description: str) -> None:
-        """A new iterator (``description``) closes the live one."""
-        self._live.close_live(f"a new iterator ({description})")
+    # -- package-internal: the loader's host protocol (see dataset/host.py) --------
 
-    def _begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
+    def user_functions(self) -> list[tuple[str, object]]:
+        """(keyword, value) of the sources' functions a worker process must unpickle."""
+        return [("transform", data.options.transform) for data in self._sources.values()]
+
+    def supersede(self, description: str) -> None:
+        """A new iterator (``description``) closes the live one."""
+        self._lifecycle.supersede(description)
+
+    def hold(self, iterator: Guarded) -> Guarded | None:
+        """Make a loader's iterator the live one; return the mixture's own iterator it
+        wraps, if any (``num_workers=0``)."""
+        return self._lifecycle.hold(iterator)
+
+    def begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
         """At an iterator's first ``next()``: warn when the epoch has ended."""
         if warn and self._schedule.advance(self._position) is None:
             warnings.warn(
@@ -310,7 +317,7 @@ class StreamingMixture(IterableDataset[Any]):
         epoch = as_epoch(epoch)
         if epoch == self._epoch:
             return
-        self._live.close_live(f"set_epoch({epoch})", keep_unstarted=True)
+        self._lifecycle.set_epoch(epoch)
         sources = {
             name: SourcePosition(epoch=where.epoch + (1 if where.taken else 0))
             for name, where in self._position.sources.items()
@@ -319,21 +326,22 @@ class StreamingMixture(IterableDataset[Any]):
         self._epoch = epoch
 
     @contextmanager
-    def _shipping(self, *, columnar: bool = False) -> Iterator[None]:
-        """While a loader starts its iterator: the pickles are the loader's, and with
-        ``columnar`` the iterators yield whole batches of columns."""
-        datasets: list[StreamingDataset | StreamingMixture] = [self, *self._sources.values()]
-        for data in datasets:
-            data._for_loader = True
-        self._columnar = columnar
-        try:
-            yield
-        finally:
-            for data in datasets:
-                data._for_loader = False
-            self._columnar = False
+    def shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
+        """While a loader starts its iterator: the pickles (the sources' too) are the
+        loader's, and with ``batch_rows`` > 0 the iterators yield whole batches of columns
+        (of this rank's batch size); any ``num_workers`` take batches in turn."""
+        del num_workers
+        with ExitStack() as stack:
+            stack.enter_context(self._lifecycle.shipping())
+            for data in self._sources.values():
+                stack.enter_context(data.shipping(batch_rows=0, num_workers=0))
+            self._columnar = batch_rows > 0
+            try:
+                yield
+            finally:
+                self._columnar = False
 
-    def _commit_step(self) -> None:
+    def commit_step(self) -> None:
         """A loader handed one batch (from a worker) to the trainer."""
         nxt = self._schedule.advance(self._position)
         if nxt is None:
@@ -345,12 +353,7 @@ class StreamingMixture(IterableDataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, sources and position, no handles."""
         state = dict(self.__dict__)
-        state["_live"] = LiveSlot()
-        state["_trainer_pid"] = os.getpid()
-        state["_shipped"] = False
-        if _compat.pickling_for_child_process() and not self._for_loader:
-            self._shipped = True  # a plain DataLoader's workers: their progress never comes back
-            self._live.close_live("the worker processes of a plain DataLoader")
+        state["_lifecycle"] = self._lifecycle.pickled(for_child=_compat.pickling_for_child_process())
         return state
 
     # -- checkpoints ----------------------------------------------------------------
@@ -364,7 +367,7 @@ class StreamingMixture(IterableDataset[Any]):
         Raises:
             RuntimeError: the mixture was iterated by a plain DataLoader's workers.
         """
-        if self._shipped:
+        if self._lifecycle.shipped:
             raise RuntimeError(
                 "this mixture was sent to the worker processes of a plain DataLoader, whose "
                 "progress never reaches this process; iterate it with "
@@ -386,7 +389,7 @@ class StreamingMixture(IterableDataset[Any]):
         data = self._sources[name]
         counts = split_counts(where.taken, data.num_splits)
         progress = [SplitProgress(samples=count, positions=count) for count in counts]
-        described = data._describe(data._view_at(where.epoch), progress)
+        described = data.describe(data.view_at(where.epoch), progress)
         return dataclasses.replace(described, owned_splits=tuple(range(data.num_splits))).to_dict()
 
     def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
@@ -406,12 +409,7 @@ class StreamingMixture(IterableDataset[Any]):
                 plan input that differs (named with the source); a malformed state.
             RuntimeError: an iterator of this mixture is unfinished and still held.
         """
-        live = self._live.started()  # one not yet asked for an item starts at the loaded position
-        if live is not None:
-            raise RuntimeError(
-                f"cannot load_state_dict while {live.description} has not finished and is still "
-                "held; call its close() (or drop every reference to it) first"
-            )
+        self._lifecycle.refuse_started("load_state_dict")  # an unstarted one follows the load
         saved = MixtureState.from_dict(state)
         check_saved_sources(list(saved.tables), list(self._sources))
         settings = {
@@ -431,18 +429,19 @@ class StreamingMixture(IterableDataset[Any]):
             )
         loads = {name: self._checked_table(name, saved) for name in self._sources}
         for name, (view, progress) in loads.items():
-            self._sources[name]._adopt(view, progress)
+            self._sources[name].adopt(view, progress)
         schedule = dataclasses.replace(self._schedule, epoch_samples=self._epoch_samples())
         position: MixPosition = saved.position
         if changed:
             schedule, position = schedule.reweighted(self._schedule.weights, position)
-        self._schedule, self._position, self._epoch, self._shipped = schedule, position, saved.epoch, False
+        self._schedule, self._position, self._epoch = schedule, position, saved.epoch
+        self._lifecycle.shipped = False
         self._check_fits()  # the pinned snapshots may hold fewer rows than the constructed ones
 
     def _checked_table(self, name: str, saved: MixtureState) -> tuple[Any, Any]:
         data, table, where = self._sources[name], saved.tables[name], saved.position.sources[name]
         try:
-            view, progress = data._checked_load(table)
+            view, progress = data.check_load(table)
         except ValueError as error:
             raise ValueError(f"source {name!r}: {error}") from None
         counts = [entry.samples for entry in progress]

@@ -45,12 +45,12 @@ class RankStream:
     def _open(self, epoch: int, local: int) -> SplitReaders:
         self.close()
         data = self._dataset
-        view = data._view_at(epoch)
+        view = data.view_at(epoch)
         width = len(self._splits)
         starts = {split: max(0, -(-(local - index) // width)) for index, split in enumerate(self._splits)}
         self._stack = ExitStack()
-        windows = dataclasses.replace(view.window_source(data._options, data._counters), rng_salt=self._salt)
-        threads = data._options.io_threads
+        windows = dataclasses.replace(view.window_source(data.options, data.counters), rng_salt=self._salt)
+        threads = data.options.io_threads
         readers = self._stack.enter_context(open_readers(windows, starts, io_threads=threads))
         self._readers, self._epoch, self._local = readers, epoch, local
         return readers
