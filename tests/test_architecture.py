@@ -192,3 +192,44 @@ def test_the_check_sees_a_violation():
     assert isinstance(node, ast.ImportFrom)
     assert resolve("core.plan", node) == ["loader.loader"]
     assert LAYERS.index(wing("loader.loader")) > LAYERS.index(wing("core.plan"))
+
+
+PRIVATE_READS_ALLOWED = {
+    (
+        "dataset/watchdog.py",
+        "multiprocessing.spawn._main",
+    ): "the standard library's; tells a spawned worker's own start apart",
+    ("loader/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
+    ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
+    ("read/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
+}
+"""Reads of a private attribute of something other than ``self``/``cls``, with why."""
+
+
+def test_no_module_reads_the_private_members_of_another():
+    """Loaders reach datasets and mixtures through the declared protocol (``dataset/host.py``);
+    ``_compat.py`` is where every private torch and standard-library hook lives."""
+    found = []
+    for module, path in MODULES.items():
+        if module == "_compat":
+            continue
+        relative = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                not isinstance(node, ast.Attribute)
+                or not node.attr.startswith("_")
+                or node.attr.startswith("__")
+            ):
+                continue
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in (
+                "self",
+                "cls",
+                "_compat",
+                "os",
+                "sys",
+            ):  # os._exit, sys._getframe: documented
+                continue
+            if (relative, ast.unparse(node)) not in PRIVATE_READS_ALLOWED:
+                found.append(f"streaming/{relative}:{node.lineno} reads {ast.unparse(node)}")
+    assert not found, "\n".join(found)
