@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import numbers
-import operator
-import pickle
 import sys
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
-from torch.utils.data import DataLoader, Sampler, default_collate, default_convert
+from torch.utils.data import DataLoader, default_collate, default_convert
 
 from .. import _compat
 from ..core import stats
@@ -20,15 +16,20 @@ from ..core.plan import worker_splits
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
 from . import frameworks, transfer
+from .settings import (
+    EpochSampler,
+    check_len_counts,
+    check_options,
+    check_picklable,
+    checked_numbers,
+    start_method,
+)
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
 __all__ = ["StreamingDataLoader"]
 
 _Loader = TypeVar("_Loader", bound="StreamingDataLoader")
-
-_SAFE_METHODS = ("forkserver", "spawn")
-_LEN_COUNTS = ("auto", "remaining", "epoch")
 
 
 _PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader.loader")
@@ -37,41 +38,6 @@ loaded), which ``streaming.loader.loader`` does not import."""
 
 _PRELOAD_HERE = sys.platform.startswith("linux")
 """Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
-
-
-def _start_method(context: Any) -> Any:
-    """The multiprocessing context to use: never fork (Lance is not fork-safe)."""
-    if context is None:
-        available = multiprocessing.get_all_start_methods()
-        return multiprocessing.get_context("forkserver" if "forkserver" in available else "spawn")
-    name = context if isinstance(context, str) else context.get_start_method()
-    if name == "fork":
-        raise ValueError(
-            "multiprocessing_context='fork' is refused: a worker forked from a process that "
-            "has used Lance can hang or crash; use one of "
-            f"{', '.join(repr(m) for m in _SAFE_METHODS)} (or leave it unset for the default)"
-        )
-    return context
-
-
-class _EpochSampler(Sampler[None]):
-    """The sampler of an IterableDataset loader (``None`` forever), with ``set_epoch``.
-
-    Lightning sets the epoch through ``loader.sampler.set_epoch``.
-    """
-
-    def __init__(self, dataset: LoaderHost) -> None:
-        self._dataset = dataset
-
-    def __iter__(self) -> Iterator[None]:
-        while True:
-            yield None
-
-    def set_epoch(self, epoch: int) -> None:
-        """Forward to ``StreamingDataset.set_epoch``; ignored for an endless dataset,
-        whose epochs are its own (a framework's epoch counter stays at 0 there)."""
-        if not self._dataset.endless:
-            self._dataset.set_epoch(epoch)
 
 
 def _check_dataset(dataset: object) -> StreamingDataset:
@@ -87,70 +53,6 @@ def _check_dataset(dataset: object) -> StreamingDataset:
             "collate_fn= instead of overriding __iter__"
         )
     return dataset
-
-
-def _check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool) -> None:
-    refusals = (
-        (not in_order, "in_order=False", "batches must reach the trainer in the order they were planned"),
-        (persistent_workers, "persistent_workers=True", "workers must restart from the committed position"),
-        (drop_last, "drop_last=True", "a dropped batch would count as delivered"),
-    )
-    for refused, setting, reason in refusals:
-        if refused:
-            raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
-
-
-def _whole(value: object, *, low: int, allow_none: bool) -> bool:
-    if value is None:
-        return allow_none
-    try:
-        return not isinstance(value, bool) and operator.index(value) >= low  # type: ignore[arg-type]
-    except TypeError:
-        return False
-
-
-_NUMBERS: tuple[tuple[str, int, bool, str], ...] = (
-    ("batch_size", 1, True, "a positive integer, or None to yield single samples"),
-    ("num_workers", 0, False, "a non-negative integer"),
-    ("prefetch_factor", 1, True, "a positive integer or None"),
-)
-
-
-def _numbers(values: dict[str, Any]) -> dict[str, Any]:
-    """The counts as plain ints (numpy integers too) and ``timeout`` as a float.
-
-    Refuses a bad one now, naming it, rather than with an IndexError mid-epoch.
-    """
-    for name, low, allow_none, expected in _NUMBERS:
-        if not _whole(values[name], low=low, allow_none=allow_none):
-            raise ValueError(f"StreamingDataLoader needs {name} to be {expected}, got {values[name]!r}")
-    timeout = values["timeout"]
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
-        raise ValueError(f"StreamingDataLoader needs timeout to be a non-negative number, got {timeout!r}")
-    counts = {name: None if values[name] is None else operator.index(values[name]) for name, *_ in _NUMBERS}
-    return {**counts, "timeout": float(timeout)}
-
-
-def _check_len_counts(len_counts: str) -> None:
-    if len_counts not in _LEN_COUNTS:
-        raise ValueError(
-            f"len_counts must be one of {', '.join(map(repr, _LEN_COUNTS))}, got {len_counts!r}; "
-            "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
-        )
-
-
-def _check_picklable(keyword: str, function: object) -> None:
-    if not callable(function):
-        return
-    try:
-        pickle.dumps(function)
-    except Exception as error:
-        name = getattr(function, "__qualname__", type(function).__qualname__)
-        module = getattr(function, "__module__", "?")
-        raise TypeError(
-            f"{keyword} {module}.{name} cannot be pickled for worker processes ({error}); "
-            "define it at module level (not a lambda or a nested function) or use num_workers=0"
-        ) from None
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -256,17 +158,17 @@ class StreamingDataLoader(DataLoader[Any]):
             "prefetch_factor": prefetch_factor,
             "timeout": timeout,
         }
-        checked = _numbers(given)
+        checked = checked_numbers(given)
         batch_size, num_workers = checked["batch_size"], checked["num_workers"]
         prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
-        _check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
-        _check_len_counts(len_counts)
+        check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
+        check_len_counts(len_counts)
         columnar = self._columnar_for(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
         )
         chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
-            multiprocessing_context = _start_method(multiprocessing_context)
+            multiprocessing_context = start_method(multiprocessing_context)
         self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
         default = default_collate if batch_size is not None or batch_sampler is not None else default_convert
         collate = self._collate_for(collate_fn or default, given=collate_fn, columnar=columnar)
@@ -289,7 +191,7 @@ class StreamingDataLoader(DataLoader[Any]):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
-        object.__setattr__(self, "sampler", _EpochSampler(dataset))
+        object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         self._streaming: StreamingDataset = dataset  # or a registered kind's (a mixture)
         self._columnar = columnar
@@ -358,7 +260,7 @@ class StreamingDataLoader(DataLoader[Any]):
         host: LoaderHost = self._streaming
         if self.num_workers > 0:
             for keyword, function in host.user_functions():
-                _check_picklable(keyword, function)
+                check_picklable(keyword, function)
         host.supersede("iter(loader)")
         iterator = self._new_iterator()
         host.hold(iterator)

@@ -1,0 +1,132 @@
+"""What a ``StreamingDataLoader`` checks of its arguments, and the sampler it installs.
+
+Shared by the loader of a dataset and the loader of a mixture (``mixture/loader.py``):
+the start method (never fork), the refused DataLoader options, the counts, what
+``len()`` counts, and that the functions workers run can be pickled.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import numbers
+import operator
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import Sampler
+
+from ..dataset.host import LoaderHost
+
+__all__ = [
+    "LEN_COUNTS",
+    "SAFE_METHODS",
+    "EpochSampler",
+    "check_len_counts",
+    "check_options",
+    "check_picklable",
+    "checked_numbers",
+    "start_method",
+]
+
+SAFE_METHODS = ("forkserver", "spawn")
+LEN_COUNTS = ("auto", "remaining", "epoch")
+
+
+def start_method(context: Any) -> Any:
+    """The multiprocessing context to use: never fork (Lance is not fork-safe)."""
+    if context is None:
+        available = multiprocessing.get_all_start_methods()
+        return multiprocessing.get_context("forkserver" if "forkserver" in available else "spawn")
+    name = context if isinstance(context, str) else context.get_start_method()
+    if name == "fork":
+        raise ValueError(
+            "multiprocessing_context='fork' is refused: a worker forked from a process that "
+            "has used Lance can hang or crash; use one of "
+            f"{', '.join(repr(m) for m in SAFE_METHODS)} (or leave it unset for the default)"
+        )
+    return context
+
+
+class EpochSampler(Sampler[None]):
+    """The sampler of an IterableDataset loader (``None`` forever), with ``set_epoch``.
+
+    Lightning sets the epoch through ``loader.sampler.set_epoch``.
+    """
+
+    def __init__(self, dataset: LoaderHost) -> None:
+        self._dataset = dataset
+
+    def __iter__(self) -> Iterator[None]:
+        while True:
+            yield None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward to ``StreamingDataset.set_epoch``; ignored for an endless dataset,
+        whose epochs are its own (a framework's epoch counter stays at 0 there)."""
+        if not self._dataset.endless:
+            self._dataset.set_epoch(epoch)
+
+
+def check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool) -> None:
+    refusals = (
+        (not in_order, "in_order=False", "batches must reach the trainer in the order they were planned"),
+        (persistent_workers, "persistent_workers=True", "workers must restart from the committed position"),
+        (drop_last, "drop_last=True", "a dropped batch would count as delivered"),
+    )
+    for refused, setting, reason in refusals:
+        if refused:
+            raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
+
+
+def _whole(value: object, *, low: int, allow_none: bool) -> bool:
+    if value is None:
+        return allow_none
+    try:
+        return not isinstance(value, bool) and operator.index(value) >= low  # type: ignore[arg-type]
+    except TypeError:
+        return False
+
+
+_NUMBERS: tuple[tuple[str, int, bool, str], ...] = (
+    ("batch_size", 1, True, "a positive integer, or None to yield single samples"),
+    ("num_workers", 0, False, "a non-negative integer"),
+    ("prefetch_factor", 1, True, "a positive integer or None"),
+)
+
+
+def checked_numbers(values: dict[str, Any]) -> dict[str, Any]:
+    """The counts as plain ints (numpy integers too) and ``timeout`` as a float.
+
+    Refuses a bad one now, naming it, rather than with an IndexError mid-epoch.
+    """
+    for name, low, allow_none, expected in _NUMBERS:
+        if not _whole(values[name], low=low, allow_none=allow_none):
+            raise ValueError(f"StreamingDataLoader needs {name} to be {expected}, got {values[name]!r}")
+    timeout = values["timeout"]
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or timeout < 0:
+        raise ValueError(f"StreamingDataLoader needs timeout to be a non-negative number, got {timeout!r}")
+    counts = {name: None if values[name] is None else operator.index(values[name]) for name, *_ in _NUMBERS}
+    return {**counts, "timeout": float(timeout)}
+
+
+def check_len_counts(len_counts: str) -> None:
+    if len_counts not in LEN_COUNTS:
+        raise ValueError(
+            f"len_counts must be one of {', '.join(map(repr, LEN_COUNTS))}, got {len_counts!r}; "
+            "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
+        )
+
+
+def check_picklable(keyword: str, function: object) -> None:
+    if not callable(function):
+        return
+    try:
+        pickle.dumps(function)
+    except Exception as error:
+        name = getattr(function, "__qualname__", type(function).__qualname__)
+        module = getattr(function, "__module__", "?")
+        raise TypeError(
+            f"{keyword} {module}.{name} cannot be pickled for worker processes ({error}); "
+            "define it at module level (not a lambda or a nested function) or use num_workers=0"
+        ) from None
