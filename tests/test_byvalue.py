@@ -11,7 +11,8 @@ import torch
 import torch.multiprocessing
 from torch.utils.data import default_collate
 
-from streaming import StreamingDataLoader, StreamingDataset, byvalue
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.loader import byvalue
 
 from helpers import make_table
 

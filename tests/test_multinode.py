@@ -28,7 +28,8 @@ import pytest
 import test_docs
 
 from benchmarks.s3 import make_bucket, moto_server
-from streaming import StreamingDataset, TorchrunStoreWarning, torchrun
+from streaming import StreamingDataset, TorchrunStoreWarning
+from streaming.dataset import torchrun
 
 from helpers import ids_of, make_table, table_data
 

@@ -17,8 +17,9 @@ import lancedb
 import pytest
 from moto.server import ThreadedMotoServer
 
-from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning, source
+from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning
 from streaming.core.profiles import PROFILES, sized
+from streaming.read import source
 
 from helpers import ids_of, json_roundtrip, table_data, take
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming import StreamingDataset, source
+from streaming import StreamingDataset
 from streaming.core.options import Options
 from streaming.core.plan import window_rows_for
 from streaming.core.profiles import (
@@ -19,6 +19,7 @@ from streaming.core.profiles import (
     profile_for,
     sized,
 )
+from streaming.read import source
 
 from helpers import make_table
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch.utils.data import default_collate
 
-from streaming import StreamingDataLoader, StreamingDataset, source
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.read import source
 from streaming.read.rows import Rows
 
 from helpers import json_roundtrip, make_table

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from torch.utils.data import default_collate
 
-from streaming import StreamingDataLoader, StreamingDataset, transfer
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.loader import transfer
 from streaming.loader.loader import _PRELOAD
 
 from helpers import make_table

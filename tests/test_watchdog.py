@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming import StreamingDataLoader, StreamingDataset, watchdog
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.dataset import watchdog
 
 from helpers import make_table
 
