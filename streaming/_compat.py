@@ -22,6 +22,7 @@ __all__ = [
     "forget_queue_names",
     "forget_semaphore_names",
     "forkserver_preload",
+    "guard_done_event",
     "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
@@ -133,6 +134,59 @@ def delivering_workers(iterator: Any) -> list[int]:
     return [worker for worker, active in enumerate(getattr(iterator, "_workers_status", [])) if active]
 
 
+LOCK_SECONDS = 0.5
+"""How long the trainer waits for the lock of the workers' "done" event before it
+takes the lock as held by a dead worker (a live one holds it for microseconds)."""
+
+
+class _DoneEvent:
+    """The trainer's side of ``_MultiProcessingDataLoaderIter._workers_done_event``.
+
+    Every worker takes that ``multiprocessing.Event``'s lock (its condition's) to
+    read it, once per index it receives; a worker killed while holding it leaves it
+    taken for good, and torch's ``is_set()`` and ``set()`` in the trainer (marking a
+    dead worker, shutting the rest down) would block forever. This stand-in does
+    what they do (``Event``'s ``_cond`` and ``_flag``) with a bounded wait for the
+    lock, and remembers ``set()`` itself when the lock is gone.
+    """
+
+    def __init__(self, event: Any) -> None:
+        self.event = event
+        self._set = False
+
+    def is_set(self) -> bool:
+        event = self.event
+        if not event._cond.acquire(True, LOCK_SECONDS):
+            return self._set
+        try:
+            if event._flag.acquire(False):
+                event._flag.release()
+                return True
+            return self._set
+        finally:
+            event._cond.release()
+
+    def set(self) -> None:
+        self._set = True
+        event = self.event
+        if not event._cond.acquire(True, LOCK_SECONDS):
+            return  # its workers stop through their index queues, or torch terminates them
+        try:
+            event._flag.acquire(False)
+            event._flag.release()
+            event._cond.notify_all()
+        finally:
+            event._cond.release()
+
+
+def guard_done_event(iterator: Any) -> None:
+    """Put a ``_DoneEvent`` in front of the iterator's "workers done" event (the
+    workers got the event itself when they started)."""
+    event = getattr(iterator, "_workers_done_event", None)
+    if event is not None and not isinstance(event, _DoneEvent):
+        iterator._workers_done_event = _DoneEvent(event)
+
+
 def _semaphores_in(value: Any, depth: int, found: dict[int, Any]) -> None:
     if isinstance(value, multiprocessing.synchronize.SemLock):
         found[id(value)] = value
@@ -151,7 +205,8 @@ def queue_semaphores(iterator: Any) -> list[Any]:
     """
     roots = [
         getattr(iterator, "_worker_result_queue", None),
-        getattr(iterator, "_workers_done_event", None),
+        getattr(getattr(iterator, "_workers_done_event", None), "event", None)
+        or getattr(iterator, "_workers_done_event", None),
         *getattr(iterator, "_index_queues", []),
     ]
     found: dict[int, Any] = {}

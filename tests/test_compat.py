@@ -130,3 +130,26 @@ def test_queue_semaphores_are_the_named_semaphores_and_their_names_can_go_early(
     rest = [int(value) for batch in iterator for value in batch]  # the queues work on
     assert sorted(rest) == sorted([*range(2, 1000), *range(2, 1000)])
     assert _compat.forget_semaphore_names([]) == 0
+
+
+def test_the_done_event_guard_reads_and_sets_the_event_and_survives_a_held_lock():
+    """``guard_done_event``: is_set()/set() of the real event, and a bounded wait when a
+    dead worker holds its lock (the lock is taken here and never released)."""
+    context = multiprocessing.get_context("spawn")
+
+    class Iterator:
+        _workers_done_event = context.Event()
+
+    iterator = Iterator()
+    _compat.guard_done_event(iterator)
+    guarded = iterator._workers_done_event
+    assert guarded.is_set() is False
+    guarded.set()
+    assert guarded.is_set() is True and guarded.event.is_set(), "the workers' event is set too"
+    held = Iterator()
+    held._workers_done_event = context.Event()
+    _compat.guard_done_event(held)
+    held._workers_done_event.event._cond._lock.acquire()  # a worker died holding it
+    assert held._workers_done_event.is_set() is False
+    held._workers_done_event.set()
+    assert held._workers_done_event.is_set() is True, "remembered without the lock"

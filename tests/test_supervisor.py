@@ -213,3 +213,15 @@ def test_an_iterator_closed_before_its_workers_delivered_leaves_no_semaphore_nam
             next(first)
     left = [file for file in files if os.path.exists(file)]
     assert not left, f"a closed iterator, still referenced, keeps {len(left)} semaphore names: {left}"
+
+
+@pytest.mark.parametrize("context", CONTEXTS)
+def test_a_worker_killed_holding_the_done_lock_does_not_deadlock_the_trainer(uri, context):
+    """torch's trainer reads the "workers done" event, whose lock every worker takes once
+    per index; a worker killed holding it used to block the trainer forever. Now the dead
+    worker is named, and the rest of the epoch comes exactly."""
+    script = Path(__file__).with_name("dead_lock_holder.py")
+    result = subprocess.run(
+        [sys.executable, str(script), uri, context], capture_output=True, text=True, timeout=90, check=False
+    )
+    assert result.returncode == 0 and result.stdout.startswith("OK"), result.stdout + result.stderr

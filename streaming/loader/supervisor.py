@@ -3,6 +3,11 @@
 Every wait of the iterator for a worker's message goes through ``Supervisor``
 (``_compat.intercept_receive``), which does two things torch does not:
 
+- **A dead worker never deadlocks the trainer.** A worker killed while it held the
+  lock of the iterator's "workers done" event (workers read it once per index)
+  would block torch's ``is_set()`` and ``set()`` in the trainer forever; the
+  trainer's side of that event waits a bounded time for its lock
+  (``_compat.guard_done_event``).
 - **A dead worker is named at once.** torch notices a dead worker only when a wait
   times out: after the DataLoader ``timeout``, or every 5 s with ``timeout=0``;
   forkserver workers are not the trainer's children, so torch's SIGCHLD handler
@@ -119,4 +124,5 @@ def supervise(iterator: Any, *, description: str) -> Supervisor:
     supervisor = Supervisor(iterator, description=description)
     if supervisor._workers:
         _compat.intercept_receive(iterator, supervisor.receive)
+        _compat.guard_done_event(iterator)
     return supervisor
