@@ -27,7 +27,7 @@ from .settings import (
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
-__all__ = ["StreamingDataLoader"]
+__all__ = ["BatchIterator", "StreamingDataLoader"]
 
 _Loader = TypeVar("_Loader", bound="StreamingDataLoader")
 
@@ -381,18 +381,68 @@ def _release(
             transfer.release(channel, num_workers=num_workers)
 
 
-class _Committing(Guarded):
+class BatchIterator(Guarded):
+    """A loader's iterator (public to the package: the mixture's loader has one too).
+
+    It takes its position and starts its workers at its first ``next()`` (``_first``),
+    is busy while a ``next()`` runs, hands each drawn batch over through
+    ``_delivered`` (where the position moves), and on its end closes the dataset's
+    own iterator it wraps (``num_workers=0``) and stops its workers.
+    """
+
+    def __init__(self, loader: StreamingDataLoader) -> None:
+        super().__init__("iter(loader)")
+        self._loader = loader
+        self._busy = False
+        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """True while a ``next()`` of this iterator is running."""
+        return self._busy
+
+    def _advance(self) -> Any:
+        self._busy = True
+        try:
+            if self._batches is None:  # the first next(): take the committed position now
+                self._first()
+            drawn = self._draw()
+        finally:
+            self._busy = False
+        return self._delivered(drawn)
+
+    def _first(self) -> None:
+        """Begin at the first ``next()``."""
+        raise NotImplementedError
+
+    def _draw(self) -> Any:
+        """The next item of the DataLoader's batches."""
+        raise NotImplementedError
+
+    def _delivered(self, drawn: Any) -> Any:
+        """Move the position for ``drawn``; return the batch the trainer gets."""
+        return drawn
+
+    def _release(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+class _Committing(BatchIterator):
     """Unwraps each batch and commits its worker's report on the way out."""
 
     def __init__(self, loader: StreamingDataLoader, dataset: DatasetHost) -> None:
-        super().__init__("iter(loader)")
-        self._loader = loader
+        super().__init__(loader)
         self._dataset = dataset
-        self._busy = False
-        self._batches: Iterator[Any] | None = None  # begun at the first next()
         self._channel: transfer.Channel | None = None
-        self.inner: Guarded | None = None  # num_workers=0: the dataset's own iterator
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def _first(self) -> None:
+        self._loader.begin_iteration(stacklevel=6)
+        self._begin()
 
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
@@ -407,20 +457,8 @@ class _Committing(Guarded):
             reports=self._dataset.worker_counters,
         )
 
-    @property
-    def busy(self) -> bool:
-        """True while a ``next()`` of this iterator is running."""
-        return self._busy
-
-    def _advance(self) -> Any:
-        self._busy = True
-        try:
-            if self._batches is None:  # the first next(): take the committed position now
-                self._loader.begin_iteration(stacklevel=5)
-                self._begin()
-            item, batch = self._draw()
-        finally:
-            self._busy = False
+    def _delivered(self, drawn: tuple[WorkerBatch, Any]) -> Any:
+        item, batch = drawn
         if item.report is not None:
             self._dataset.commit(item.report)
         return batch
@@ -446,12 +484,6 @@ class _Committing(Guarded):
             self._release()
             self._dataset.next_epoch()
             self._begin()
-
-    def _release(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-        if self._finalizer is not None:
-            self._finalizer()
 
     def __len__(self) -> int:
         return len(self._loader)

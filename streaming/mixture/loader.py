@@ -9,7 +9,7 @@ state after it is exact (no replay) on any topology.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 from torch.utils.data import default_collate
@@ -17,7 +17,7 @@ from torch.utils.data import default_collate
 from .. import _compat
 from ..core.lifecycle import Guarded
 from ..loader import outputs, transfer
-from ..loader.loader import StreamingDataLoader
+from ..loader.loader import BatchIterator, StreamingDataLoader
 from ..read.assemble import finish
 from .mixture import StreamingMixture
 
@@ -107,49 +107,29 @@ class MixtureLoader(StreamingDataLoader):
         self._mixture.set_epoch(epoch)
 
 
-class _MixtureBatches(Guarded):
+class _MixtureBatches(BatchIterator):
     """The DataLoader's batches; each one moves the mixture's position as it is returned."""
 
     def __init__(self, loader: MixtureLoader, mixture: StreamingMixture) -> None:
-        super().__init__("iter(loader)")
-        self._loader = loader
+        super().__init__(loader)
         self._mixture = mixture
         self._workers = loader.num_workers
-        self._busy = False
-        self._batches: Iterator[Any] | None = None  # begun at the first next()
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-        self.inner: Guarded | None = None  # num_workers=0: the mixture's own iterator
 
-    def _begin(self) -> None:
+    def _first(self) -> None:
         """Start the DataLoader's batches (its workers) at the committed position."""
         self._loader.begin_iteration(stacklevel=6)
         batches, _, self.inner = self._loader.start(self)
         self._batches = batches
         self._finalizer = weakref.finalize(self, _compat.shutdown_workers, batches)
 
-    @property
-    def busy(self) -> bool:
-        """True while a ``next()`` of this iterator is running."""
-        return self._busy
+    def _draw(self) -> Any:
+        assert self._batches is not None
+        return next(self._batches)
 
-    def _advance(self) -> Any:
-        self._busy = True
-        try:
-            if self._batches is None:  # the first next(): take the committed position now
-                self._begin()
-            assert self._batches is not None
-            batch = next(self._batches)
-        finally:
-            self._busy = False
+    def _delivered(self, drawn: Any) -> Any:
         if self._workers > 0:  # with none, the mixture's own iterator moved it
             self._mixture.commit_step()
-        return batch
-
-    def _release(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-        if self._finalizer is not None:
-            self._finalizer()
+        return drawn
 
 
 def _finish(columns: Any) -> dict[str, Any]:
