@@ -290,24 +290,24 @@ def test_numpy_batch_sizes_work_on_every_path(uri):
     assert {len(batch["id"]) for batch in batches[:-1]} == {8}
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_an_iterator_not_yet_started_follows_set_epoch_and_load_state_dict(uri, workers):
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, None), (2, "spawn")])
+def test_an_iterator_not_yet_started_follows_set_epoch_and_load_state_dict(uri, workers, context):
     """G8: iter() then set_epoch(1) (Lightning's order after a restore) yields epoch 1;
     iter() then load_state_dict yields the rest of the loaded state; a started iterator
     is still closed by set_epoch."""
     data = dataset(uri)
-    batches = loader(data, workers)
+    batches = loader(data, workers, context)
     iterator = iter(batches)
     data.set_epoch(1)
     assert [ids(batch) for batch in iterator] == whole_epoch(uri, workers, epoch=1)
 
     first = dataset(uri)
-    run = iter(loader(first, workers))
+    run = iter(loader(first, workers, context))
     before = [ids(next(run)) for _ in range(4)]
-    state = json_roundtrip(loader(first, workers).state_dict())
+    state = json_roundtrip(loader(first, workers, context).state_dict())
     run.close()
     resumed = dataset(uri)
-    fresh = loader(resumed, workers)
+    fresh = loader(resumed, workers, context)
     iterator = iter(fresh)
     fresh.load_state_dict(state)  # the iterator has not started: not refused
     assert before + [ids(batch) for batch in iterator] == whole_epoch(uri, workers)
