@@ -65,6 +65,20 @@ def shutdown_workers(iterator: Any) -> None:
         forget_queue_names(iterator)
 
 
+def persistent_iterator(loader: Any) -> Any | None:
+    """``DataLoader._iterator``: the iterator whose workers a loader with
+    ``persistent_workers=True`` keeps (``None`` before the first ``iter()``)."""
+    return getattr(loader, "_iterator", None)
+
+
+def drop_persistent_iterator(loader: Any) -> None:
+    """Stop the workers a loader keeps and forget them: the next ``iter()`` starts new ones."""
+    iterator = persistent_iterator(loader)
+    if iterator is not None:
+        shutdown_workers(iterator)
+        loader._iterator = None
+
+
 def worker_processes(iterator: Any) -> list[Any]:
     """``_MultiProcessingDataLoaderIter._workers``: the worker processes of an iterator."""
     return list(getattr(iterator, "_workers", []))

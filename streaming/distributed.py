@@ -27,7 +27,7 @@ def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
     """Gather every rank's state and return the merged state, on every rank.
 
     ``obj`` is a ``StreamingDataset`` or a ``StreamingDataLoader`` (whose state is
-    that of its last logical step boundary). Call it on every rank at the same
+    exact after every batch). Call it on every rank at the same
     step, like any collective; rank 0 can then save the result as one file.
 
     Raises:

@@ -15,7 +15,7 @@ from streaming.dataset import host
 
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 PROTOCOLS = (host.LoaderHost, host.DatasetHost, host.MixtureHost, host.MixtureSource)
-USER_FACING_IN_PROTOCOLS = {"endless", "set_epoch"}  # public API the protocol also relies on
+USER_FACING_IN_PROTOCOLS = {"endless", "set_epoch", "state_dict"}  # public API the protocol also relies on
 
 
 def protocol_names() -> set[str]:

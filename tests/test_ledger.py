@@ -1,51 +1,104 @@
-"""The ledger's cheap commit decides boundaries exactly as the full check does (hypothesis)."""
+"""The pure order of a rank's samples, its workers' stripes, lockstep states and the
+balance of a partial cycle on another world size (hypothesis)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from streaming.core.balance import balanced
 from streaming.core.ledger import Ledger
 from streaming.core.progress import SplitProgress
+from streaming.core.stripes import RankOrder, Stripe
 
-SPLITS = 6
-TOTAL = 12
 
-# One step: ("commit", group, advance per split, extra positions) or ("own", splits, cycles):
-# this process's own iterator moving the cursor between two commits.
-commit_step = st.tuples(
-    st.just("commit"), st.integers(0, 2), st.integers(0, 5), st.integers(0, 2), st.booleans()
+def brute_order(starts: list[int], ends: list[int]) -> list[int]:
+    """The split position of every sample left, by (level, position): the definition."""
+    return [
+        j for _, j in sorted((level, j) for j in range(len(starts)) for level in range(starts[j], ends[j]))
+    ]
+
+
+ranges = st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=8).map(
+    lambda pairs: ([min(a, b) for a, b in pairs], [max(a, b) for a, b in pairs])
 )
-own_step = st.tuples(st.just("own"), st.integers(0, 2), st.integers(1, 3), st.integers(0, 0), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges=ranges, low=st.integers(0, 100), span=st.integers(0, 100))
+def test_rank_order_is_by_level_then_split(ranges, low, span):
+    starts, ends = ranges
+    order = RankOrder(starts, ends)
+    expected = brute_order(starts, ends)
+    assert order.total == len(expected)
+    assert order.positions(low, low + span).tolist() == expected[low : low + span]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges=ranges, workers=st.integers(1, 4), batch=st.integers(1, 9))
+def test_stripes_cover_every_batch_once_and_follow_each_workers_order(ranges, workers, batch):
+    """Every slot of every batch belongs to exactly one worker; each worker's slots, batch
+    after batch, are its own splits' samples in the rank's order (what its iterator yields)."""
+    starts, ends = ranges
+    order = RankOrder(starts, ends)
+    expected = brute_order(starts, ends)
+    stripes = [Stripe(order, worker, workers, batch) for worker in range(workers)]
+    mine: list[list[int]] = [[] for _ in range(workers)]
+    for index in range(order.batches(batch)):
+        size = stripes[0].size(index)
+        taken = sorted(slot for stripe in stripes for slot in stripe.slots(index).tolist())
+        assert taken == list(range(size)), f"batch {index}"
+        for worker, stripe in enumerate(stripes):
+            mine[worker] += [expected[index * batch + slot] for slot in stripe.slots(index).tolist()]
+    for worker in range(workers):
+        assert mine[worker] == [j for j in expected if j % workers == worker]
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    owned=st.lists(st.integers(0, SPLITS - 1), min_size=1, max_size=SPLITS, unique=True),
-    start=st.lists(st.integers(0, TOTAL), min_size=SPLITS, max_size=SPLITS),
-    by_samples=st.booleans(),
-    steps=st.lists(st.one_of(commit_step, own_step), max_size=40),
+    ranks=st.integers(1, 4),
+    per_rank=st.integers(1, 4),
+    new_world=st.integers(1, 6),
+    level=st.integers(0, 5),
+    delivered=st.integers(0, 23),
 )
-def test_commit_keeps_the_boundary_the_full_check_finds(owned, start, by_samples, steps):
-    """After every commit, ``boundary`` is the cursor's progress when ``at_boundary()``
-    holds, else the boundary before it: what recomputing over every split gives."""
-    ledger = Ledger(owned)
-    progress = [SplitProgress(count, count) for count in start]
-    ledger.restart(progress, total=TOTAL, by_samples=by_samples)
-    expected = tuple(progress)
-    assert ledger.boundary == expected
-    for kind, group, step, extra, foreign in steps:
-        splits = [split for split in range(SPLITS) if split % 3 == group]
-        if kind == "own":
-            ledger.cursor.advance(splits, step)
-            continue
-        now = ledger.cursor.progress()
-        updates = {
-            split: SplitProgress(now[split].samples + step, now[split].positions + step + extra)
-            for split in splits
-            if split in owned or foreign  # a report may name a split the ledger does not own
-        }
-        ledger.commit(updates, group=(group, 3))
-        if ledger.at_boundary():
-            expected = ledger.cursor.progress()
-        assert ledger.boundary == expected
+def test_a_partial_cycle_is_evened_out_on_any_world_size(ranks, per_rank, new_world, level, delivered):
+    """A state taken with every rank at the same step (a prefix of the global order is one
+    sample ahead) gives every rank of any new world size as many samples left, giving
+    back at most one sample per rank, none where the ranks already agree."""
+    num_splits = ranks * per_rank
+    assume(num_splits % new_world == 0)
+    ahead = ranks * (delivered % per_rank)  # every old rank's first splits are one ahead
+    total = 8
+    progress = [
+        SplitProgress(level + (split < ahead), level + (split < ahead)) for split in range(num_splits)
+    ]
+    lefts, gave = [], []
+    for rank in range(new_world):
+        result, back = balanced(progress, rank=rank, world_size=new_world, total=total)
+        assert 0 <= back <= 1
+        lefts.append(sum(total - result[split].samples for split in range(rank, num_splits, new_world)))
+        gave.append(back)
+    assert len(set(lefts)) == 1, lefts
+    if ahead % new_world == 0:
+        assert not any(gave)
+
+
+def test_lockstep_follows_the_same_position_of_every_rank():
+    """One rank's state, taken inside a cycle, puts every other rank's split where that
+    rank stands in synchronous training: the split at the same position."""
+    ledger = Ledger([1, 3, 5])  # rank 1 of 2, six splits
+    ledger.restart([SplitProgress(2, 2)] * 6, total=10, by_samples=False)
+    progress = [SplitProgress(2, 2)] * 6
+    progress[1] = progress[3] = SplitProgress(3, 3)  # two of its three splits one ahead
+    lockstep = ledger.lockstep(progress, split_length=10)
+    assert [split.samples for split in lockstep] == [3, 3, 3, 3, 2, 2]
+
+
+def test_lockstep_after_a_lagged_merge_follows_the_other_ranks_order():
+    """Rank 1 handed out 9 samples; rank 0, from (2, 3), hands out split 0's level 2
+    alone, then both splits in turn: 5 and 4 samples."""
+    ledger = Ledger([1, 3])
+    ledger.restart([SplitProgress(c, c) for c in (2, 6, 3, 5)], total=10, by_samples=False)
+    progress = [SplitProgress(c, c) for c in (2, 10, 3, 10)]  # advanced 4 and 5: ran out
+    assert [split.samples for split in ledger.lockstep(progress, split_length=10)] == [7, 10, 7, 10]

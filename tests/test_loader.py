@@ -50,16 +50,18 @@ def flat(batches: list[list[int]]) -> list[int]:
     return [i for batch in batches for i in batch]
 
 
-def stop_and_resume(uri: str, *, workers: int, stop_after: int, resume_workers: int, context=None) -> tuple:
+def stop_and_resume(
+    uri: str, *, workers: int, stop_after: int, resume_workers: int, context=None, batch_size: int = BATCH
+) -> tuple:
     """Take ``stop_after`` batches, save loader.state_dict(), resume in fresh objects."""
     first = dataset(uri)
-    iterator = iter(loader(first, workers, multiprocessing_context=context))
+    iterator = iter(loader(first, workers, multiprocessing_context=context, batch_size=batch_size))
     before = batch_ids(next(iterator) for _ in range(stop_after))
     state = json_roundtrip(iterator._loader.state_dict())
     del iterator
     resumed = dataset(uri)
     resumed.load_state_dict(state)
-    after = batch_ids(loader(resumed, resume_workers, multiprocessing_context=context))
+    after = batch_ids(loader(resumed, resume_workers, multiprocessing_context=context, batch_size=batch_size))
     return before, after, state
 
 
@@ -68,47 +70,49 @@ def planned(uri: str) -> list[int]:
 
 
 @pytest.mark.parametrize("context", [None, "spawn"])
-def test_two_workers_resume_exactly_at_every_boundary(uri, context):
-    """k=2 with the default start method and spawn: stop after j batches, resume."""
-    reference = batch_ids(loader(dataset(uri), 2, multiprocessing_context=context))
+def test_two_workers_resume_exactly_at_every_step(uri, context):
+    """G5, G7: k=2 with the default start method and spawn: stop after any batch (the
+    batch size is not a multiple of a worker's splits), resume: exactly the rest."""
+    reference = batch_ids(loader(dataset(uri), 0, batch_size=BATCH - 1))
     assert sorted(flat(reference)) == sorted(planned(uri))
-    for stop_after in (0, 2, 4, 7):
+    for stop_after in (0, 1, 2, 5, 7):
         before, after, _ = stop_and_resume(
-            uri, workers=2, stop_after=stop_after, resume_workers=2, context=context
+            uri, workers=2, stop_after=stop_after, resume_workers=2, context=context, batch_size=BATCH - 1
         )
-        boundary = stop_after - stop_after % 2
-        assert before == reference[:stop_after]
-        assert before[:boundary] + after == reference, f"stopped after {stop_after} batches"
+        assert before == reference[:stop_after], "the same batches as num_workers=0 (G3)"
+        assert before + after == reference, f"stopped after {stop_after} batches"
 
 
-@pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2), (2, 3), (3, 2)])
+@pytest.mark.parametrize(("old", "new"), [(2, 1), (1, 2), (2, 3), (3, 2), (0, 3), (3, 0)])
 def test_worker_count_changes_on_resume(uri, old, new):
-    before, after, _ = stop_and_resume(uri, workers=old, stop_after=2 * old, resume_workers=new)
-    delivered = flat(before) + flat(after)
-    assert Counter(delivered) == Counter(planned(uri)), f"{old} -> {new} workers"
+    """G3, G5: any worker count before and after; the batches are those of one uninterrupted run."""
+    reference = batch_ids(loader(dataset(uri), 0, batch_size=BATCH - 1))
+    before, after, _ = stop_and_resume(
+        uri, workers=old, stop_after=3, resume_workers=new, batch_size=BATCH - 1
+    )
+    assert before + after == reference, f"{old} -> {new} workers"
 
 
-def test_mid_step_state_replays_at_most_k_minus_one_batches(uri):
-    before, after, _ = stop_and_resume(uri, workers=3, stop_after=5, resume_workers=3)
-    counts = Counter(flat(before) + flat(after))
-    assert set(counts) == set(planned(uri))
-    replayed = [i for i, n in counts.items() if n > 1]
-    assert all(n <= 2 for n in counts.values())
-    assert sorted(replayed) == sorted(flat(before[3:5])), "exactly the batches after the boundary come again"
+def test_the_same_batches_for_every_worker_count(uri):
+    """G3: num_workers is a speed setting: batch t holds the same samples in the same order."""
+    for batch_size in (1, 4, 7):
+        reference = batch_ids(loader(dataset(uri), 0, batch_size=batch_size))
+        for workers in (1, 2, 3, 6):
+            assert batch_ids(loader(dataset(uri), workers, batch_size=batch_size)) == reference, (
+                f"batch_size={batch_size}, num_workers={workers}"
+            )
 
 
-def test_dataset_state_mid_step_raises_and_strict_raises(uri):
+def test_the_state_is_exact_after_every_batch(uri):
+    """G6: dataset.state_dict(), loader.state_dict() and strict=True agree after any batch."""
     data = dataset(uri)
-    iterator = iter(loader(data, 2))
+    iterator = iter(loader(data, 2, batch_size=5))
     next(iterator)
-    with pytest.raises(RuntimeError, match="consume more batches"):
-        data.state_dict()
-    with pytest.raises(RuntimeError, match="consume more batches"):
-        iterator._loader.state_dict(strict=True)
-    assert iterator._loader.state_dict()["samples_consumed_per_split"] == [0] * NUM_SPLITS
+    assert data.state_dict() == iterator._loader.state_dict() == iterator._loader.state_dict(strict=True)
+    assert sum(data.state_dict()["samples_consumed_per_split"]) == 5
+    assert data.state_dict()["samples_consumed_per_split"] == [1] * 5 + [0]
     next(iterator)
-    assert data.state_dict()["samples_consumed_per_split"] == [2] * NUM_SPLITS
-    assert iterator._loader.state_dict(strict=True) == data.state_dict()
+    assert data.state_dict()["samples_consumed_per_split"] == [2] * 4 + [1] * 2
 
 
 def test_prefetched_batches_do_not_move_the_state(uri):
@@ -148,9 +152,8 @@ def test_len_counts_epoch_is_the_whole_epoch_after_a_resume(uri, workers):
     again = resumed_after_two_steps(uri, workers)
     remaining = len(loader(again, workers, batch_size=4))
     rest = loader(again, workers, batch_size=4, len_counts="epoch")
-    assert len(rest) == whole + rest.replay_allowance() and whole > remaining
-    # w - 1 + ceil(w * (m - 1) / b): k=2 owns m=3 splits a worker, k=0 m=6; b=4
-    assert rest.replay_allowance() == (1 + 1 if workers else 0 + 2)
+    assert len(rest) == whole and whole > remaining
+    assert rest.replay_allowance() == 0, "nothing is replayed"
     assert len(batch_ids(rest)) == remaining, "len_counts changed what is yielded"
 
 
@@ -215,8 +218,6 @@ class Overriding(StreamingDataset):
     ("kwargs", "error", "message"),
     [
         ({"in_order": False}, ValueError, "in_order=False"),
-        ({"persistent_workers": True, "num_workers": 1}, ValueError, "persistent_workers=True"),
-        ({"drop_last": True}, ValueError, "drop_last=True"),
         ({"multiprocessing_context": "fork", "num_workers": 2}, ValueError, "'forkserver', 'spawn'"),
         ({"num_workers": 4}, ValueError, r"num_splits=6 .* world_size=1 .* num_workers=4"),
     ],

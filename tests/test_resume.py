@@ -161,11 +161,13 @@ def test_lagged_states_merge_only_with_allow_lag(small_uri):
     assert sorted(before + rest) == sorted(ids_of(dataset(small_uri, num_splits=4)))
 
 
-def test_after_a_lagged_merge_other_splits_advance_by_the_smallest_owned_advance(small_uri):
-    """docs/checkpointing.md: a rank's state carries each other split at its count at
-    the start of the run plus the smallest advance of the rank's owned splits, capped
-    at L. Rank 1 of 2 owns splits 1 and 3, resumed at 6 and 5: run to the end, they
-    advanced L - 6 and L - 5, so splits 0 and 2 (started at 2 and 3) read L - 4, L - 3."""
+def test_after_a_lagged_merge_other_splits_are_where_lockstep_training_puts_them(small_uri):
+    """docs/checkpointing.md: a rank's state carries each other rank's splits where that
+    rank stands after handing out as many samples, in its own order, from its own start.
+    Rank 1 of 2 owns splits 1 and 3, resumed at 6 and 5: run to the end, it hands out
+    (L - 6) + (L - 5) = 2L - 11 samples. Rank 0 (splits 0 and 2, at 2 and 3) hands out
+    split 0's sample at level 2 alone, then both in turn: 1 + (L - 6) for split 0 and
+    L - 6 for split 2, so both read L - 3."""
     merged = dataset(small_uri, num_splits=4).state_dict()
     merged["samples_consumed_per_split"] = merged["positions_consumed_per_split"] = [2, 6, 3, 5]
     rank = dataset(small_uri, num_splits=4, rank=1, world_size=2)
@@ -173,7 +175,7 @@ def test_after_a_lagged_merge_other_splits_advance_by_the_smallest_owned_advance
     length = rank.split_length
     assert len(ids_of(rank)) == (length - 6) + (length - 5)
     state = rank.state_dict()
-    assert state["samples_consumed_per_split"] == [length - 4, length, length - 3, length]
+    assert state["samples_consumed_per_split"] == [length - 3, length, length - 3, length]
     assert state["positions_consumed_per_split"] == state["samples_consumed_per_split"]
 
 

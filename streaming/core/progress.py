@@ -49,7 +49,8 @@ class Cursor:
 
     An iterator moves several splits by one sample per completed cycle; to keep
     that cheap, the splits of the current *stride* (``begin``) advance together by
-    ``cycles`` and are folded in on read. ``start`` is the progress at the start of
+    ``cycles`` (the first ``within`` of them one more: a partial cycle) and are
+    folded in on read. ``start`` is the progress at the start of
     this run (construction, ``set_epoch`` or ``load_state_dict``). ``version``
     changes whenever a method changes the stored counts (a stride's ``cycles``
     are not stored until ``fold``).
@@ -64,24 +65,29 @@ class Cursor:
         self._moving: list[int] = []
         self._passed: list[Passed] = []
         self.cycles = 0
+        self.within = 0
+        """Samples of the stride's current cycle handed out (its first splits are one ahead)."""
 
     def __len__(self) -> int:
         return len(self._samples)
 
     @property
     def samples(self) -> list[int]:
-        """Samples delivered per split, counting completed cycles only."""
+        """Samples delivered per split, a partial cycle included."""
         result = list(self._samples)
-        for split in self._moving:
-            result[split] += self.cycles
+        cycles, within = self.cycles, self.within
+        for index, split in enumerate(self._moving):
+            result[split] += cycles + (index < within)
         return result
 
     @property
     def positions(self) -> list[int]:
         """Plan positions passed per split."""
         result = list(self._positions)
-        for split, passed in zip(self._moving, self._passed, strict=True):
-            result[split] += self.cycles if passed is None else passed[self.cycles]
+        cycles, within = self.cycles, self.within
+        for index, (split, passed) in enumerate(zip(self._moving, self._passed, strict=True)):
+            done = cycles + (index < within)
+            result[split] += done if passed is None else passed[done]
         return result
 
     def progress(self, splits: Sequence[int] | None = None) -> tuple[SplitProgress, ...]:
@@ -152,7 +158,7 @@ class Cursor:
         """Close the open stride into the stored counts."""
         self.version += 1
         self._samples, self._positions = self.samples, self.positions
-        self._moving, self._passed, self.cycles = [], [], 0
+        self._moving, self._passed, self.cycles, self.within = [], [], 0, 0
 
 
 @dataclass(frozen=True)

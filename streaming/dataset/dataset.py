@@ -30,7 +30,8 @@ from ..core.stats import Counters
 from ..errors import EpochCompleteWarning
 from ..read import jobplan, source
 from ..read.view import TableView, open_view, unplanned_view
-from . import torchrun, watchdog
+from . import striped, torchrun, watchdog
+from .board import Board
 from .observe import Observed
 from .positioned import PositionedDataset
 from .topology import draw_seed, require_group, topology
@@ -251,10 +252,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators
-        self._loader_batch_rows = 0  # rows per columnar batch that loader wants (0: samples)
+        self._board: Board | None = None  # a persistent loader's pipes to its workers
+        self._loader_batch: tuple[int, bool] | None = None
+        """(batch size, columnar) of the loader starting an iterator: it wants ``Slice``s."""
         self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (0, (0, 1), ())
-        """(worker id, (split group, groups), splits) of this process's iterator."""
-        self._worker_order: tuple[int, ...] = ()  # split group of each worker the loader starts
+        """(worker id, (worker, workers), splits) of this process's iterator."""
 
     def __repr__(self) -> str:
         snapshot = self._view.snapshot
@@ -290,32 +292,42 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
         if not for_loader and get_worker_info() is None:  # a plain DataLoader's worker has none
             self.supersede("iter(dataset)")
-        group = self._worker_order[worker] if len(self._worker_order) == num_workers else worker
         splits = self._rank_splits
         if num_workers > 1:
-            splits = worker_splits(splits, worker=group, num_workers=num_workers, world_size=self.world_size)
-        self._iterating = (worker, (group, num_workers), tuple(splits))
-        stream = self._run(splits, for_loader=for_loader, batch_rows=self._loader_batch_rows)
+            splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
+        self._iterating = (worker, (worker, num_workers), tuple(splits))
+        stream = self._run(
+            splits, for_loader=for_loader, stripe=(worker, num_workers), batch=self._loader_batch
+        )
         iterator = Samples(stream, "iter(dataset)")
         self._lifecycle.live.hold(iterator)
         return iterator
 
-    def _run(self, splits: list[int], *, for_loader: bool, batch_rows: int) -> Generator[Any, None, None]:
-        """The samples of ``splits`` from where the dataset stands at the first ``next()``."""
+    def _run(
+        self, splits: list[int], *, for_loader: bool, stripe: tuple[int, int], batch: tuple[int, bool] | None
+    ) -> Generator[Any, None, None]:
+        """The samples of ``splits`` from where the dataset stands at the first ``next()``
+        (for a loader: its ``Slice`` of every batch, worker ``stripe[0]`` of ``stripe[1]``)."""
         if not for_loader:  # a loader begins the iteration itself
             self.begin_iteration(stacklevel=5)
+        fresh = None if self._board is None else self._board.fresh(stripe[0])
+        if fresh is not None:  # a persistent worker: the trainer's position now
+            self._take_over(fresh)
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
-        else:  # a StreamingDataLoader moves an endless dataset on between its epochs
-            yield from self._stream(splits, batch_rows=batch_rows)
+        elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
+            batch_size, columnar = batch
+            yield from striped.slices(
+                self.stripe(stripe[0], stripe[1], batch_size=batch_size),
+                lambda sizes: self._stream(splits, sizes=sizes),
+                columnar=columnar,
+            )
+        else:
+            yield from self._stream(splits)
 
-    def _stream(self, splits: list[int], *, batch_rows: int = 0) -> Generator[Any, None, None]:
+    def _stream(self, splits: list[int], *, sizes: Iterator[int] | None = None) -> Generator[Any, None, None]:
         return self._view.stream(
-            self._options,
-            splits,
-            self._ledger.cursor,
-            counters=self._counters,
-            batch_rows=batch_rows,
+            self._options, splits, self._ledger.cursor, counters=self._counters, sizes=sizes
         )
 
     def _endless(self, splits: list[int]) -> Generator[Any, None, None]:
@@ -435,17 +447,24 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         return self._lifecycle.hold(iterator)
 
     @contextmanager
-    def shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
-        """While a loader starts its iterator: yield columnar batches of ``batch_rows``
-        (0: samples); a pickle for a worker process is the loader's, not a plain
-        DataLoader's; workers take the split groups that are behind first."""
-        self._loader_batch_rows = batch_rows
-        self._worker_order = self._ledger.groups_behind_first(num_workers)
+    def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
+        """While a loader starts its iterator: iterators yield one ``Slice`` per batch of
+        ``batch_size`` (of columnar pieces with ``columnar``); a pickle for a worker
+        process is the loader's, not a plain DataLoader's, and carries ``board`` (a
+        persistent loader's pipes)."""
+        self._loader_batch, self._board = (batch_size, columnar), board
         try:
             with self._lifecycle.shipping():
                 yield
         finally:
-            self._loader_batch_rows, self._worker_order = 0, ()
+            self._loader_batch, self._board = None, None
+
+    def _take_over(self, fresh: StreamingDataset) -> None:
+        """In a persistent worker: adopt the trainer's copy, keeping this process's own
+        counters, pipes and iterator."""
+        keep = {name: self.__dict__[name] for name in ("_counters", "_board", "_iterating")}
+        self.__dict__.update(fresh.__dict__)
+        self.__dict__.update(keep)
 
     def worker_report(self) -> WorkerReport:
         """In a worker process: the progress of the splits this worker's iterator owns."""
@@ -458,5 +477,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         state = dict(self.__dict__)
         state["_counters"] = Counters()
         state["_worker_counters"] = {}
-        state["_lifecycle"] = self._lifecycle.pickled(for_child=_compat.pickling_for_child_process())
+        for_child = _compat.pickling_for_child_process()
+        state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
+        state["_board"] = self._board if for_child else None
         return state

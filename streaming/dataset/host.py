@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
     from ..read.view import TableView
     from ..state.format import StreamState
+    from .board import Board
 
 __all__ = ["DatasetHost", "LoaderHost", "MixtureHost", "MixtureSource"]
 
@@ -61,9 +62,12 @@ class LoaderHost(Protocol):
         """At an iterator's first ``next()``: take the position (warn if the epoch ended)."""
         ...
 
-    def shipping(self, *, batch_rows: int, num_workers: int) -> AbstractContextManager[None]:
-        """While a loader starts its batches: pickles are the loader's, and with
-        ``batch_rows`` > 0 the host yields whole columnar batches of that many rows."""
+    def shipping(
+        self, *, batch_size: int, columnar: bool, board: Board | None = None
+    ) -> AbstractContextManager[None]:
+        """While a loader starts its batches: pickles are the loader's (those for new
+        workers carry ``board``), and the host's iterators yield one ``Slice`` per loader
+        batch of ``batch_size`` (of columnar pieces with ``columnar``)."""
         ...
 
     def set_epoch(self, epoch: int) -> None:
@@ -105,8 +109,8 @@ class DatasetHost(LoaderHost, Protocol):
         """Move an endless host into its next epoch."""
         ...
 
-    def boundary_state(self) -> dict[str, Any]:
-        """The state at the last logical step boundary of the loader's workers."""
+    def state_dict(self) -> dict[str, Any]:
+        """The state after the last committed batch (public API)."""
         ...
 
     def worker_report(self) -> WorkerReport:
@@ -124,6 +128,14 @@ class MixtureHost(LoaderHost, Protocol):
 
     def commit_step(self) -> None:
         """A loader handed one global batch (from a worker) to the trainer."""
+        ...
+
+    def worker_report(self) -> WorkerReport:
+        """In a worker process: its read counters (a mixture's position moves by steps)."""
+        ...
+
+    def commit_counters(self, report: WorkerReport) -> None:
+        """Keep the counters of a worker whose share of a batch reached the trainer."""
         ...
 
 

@@ -13,11 +13,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.balance import balanced
 from ..core.ledger import Ledger
 from ..core.lifecycle import Lifecycle
 from ..core.options import Options
 from ..core.plan import EpochPlan
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
+from ..core.stripes import RankOrder, Stripe
 from ..read import source
 from ..read.view import TableView, open_view
 from ..state.format import StreamState, check_compatible
@@ -157,7 +159,7 @@ class PositionedDataset:
     # -- checkpoints ----------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last completed cycle, as plain JSON data.
+        """The position after the last sample delivered, as plain JSON data.
 
         Owned splits carry their exact counts; every other split carries where it
         stands if all ranks advance in lockstep, so one rank's state resumes a
@@ -165,8 +167,7 @@ class PositionedDataset:
 
         Raises:
             RuntimeError: an evaluation dataset; a dataset whose samples went to the
-                workers of a plain DataLoader; between logical step boundaries of
-                DataLoader workers ("consume more batches").
+                workers of a plain DataLoader.
         """
         self._refuse_evaluation("state_dict")
         if self._lifecycle.shipped:
@@ -174,13 +175,6 @@ class PositionedDataset:
                 "this dataset was sent to the worker processes of a plain DataLoader, whose "
                 "progress never reaches this process, so its state would be wrong; iterate it "
                 "with streaming.StreamingDataLoader, which commits each batch as it is returned"
-            )
-        if not self._ledger.at_boundary():
-            raise RuntimeError(
-                "the splits of this rank have advanced unequally since this run started: the "
-                "state is between logical steps of the DataLoader workers; consume more batches "
-                "(one from every worker) and call state_dict() again, or use "
-                "StreamingDataLoader.state_dict(), which returns the last logical step boundary"
             )
         return self._state_of(self._ledger.cursor.progress())
 
@@ -201,6 +195,16 @@ class PositionedDataset:
         self._refuse_evaluation("load_state_dict")
         self._lifecycle.refuse_started("load_state_dict")
         view, progress = self.check_load(state)
+        total = view.split_total(self.num_splits) if view.planned else 0
+        progress, back = balanced(progress, rank=self.rank, world_size=self.world_size, total=total)
+        if back:
+            _LOG.info(
+                "rank %d of %d delivers %d sample(s) of the state's partial cycle again, so that every "
+                "rank has as many samples left",
+                self.rank,
+                self.world_size,
+                back,
+            )
         self.adopt(view, progress)
 
     def check_load(self, state: dict[str, Any]) -> tuple[TableView, tuple[SplitProgress, ...]]:
@@ -312,7 +316,7 @@ class PositionedDataset:
 
     def commit(self, report: WorkerReport) -> None:
         """Adopt a worker's report: its batch was handed to the trainer."""
-        self._ledger.commit(report.progress, group=report.group)
+        self._ledger.commit(report.progress)
         self._worker_counters[(report.pid, report.worker)] = report.counters
 
     def mark(self) -> Mark:
@@ -323,8 +327,10 @@ class PositionedDataset:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
         self._ledger.cursor.restore(mark)
 
-    def boundary_state(self) -> dict[str, Any]:
-        """The state at the last logical step boundary of the loader's workers."""
-        self._refuse_evaluation("state_dict")
-        boundary = self._ledger.cursor.progress() if self._ledger.at_boundary() else self._ledger.boundary
-        return self._state_of(boundary)
+    def stripe(self, worker: int, workers: int, *, batch_size: int) -> Stripe:
+        """Worker ``worker`` of ``workers``: its share of each batch of ``batch_size`` this
+        rank yields from the committed position (package-internal, see ``striped``)."""
+        samples, remaining = self._ledger.cursor.samples, self._ledger.remaining()
+        starts = [samples[split] for split in self._rank_splits]
+        ends = [samples[split] + remaining[split] for split in self._rank_splits]
+        return Stripe(RankOrder(starts, ends), worker, workers, batch_size)

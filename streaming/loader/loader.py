@@ -13,9 +13,10 @@ from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded
 from ..core.plan import worker_splits
+from ..dataset.board import Board
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
-from . import frameworks, transfer
+from . import assembly, frameworks, transfer
 from .settings import (
     EpochSampler,
     check_len_counts,
@@ -70,18 +71,24 @@ class StreamingDataLoader(DataLoader[Any]):
     older one then raises ``RuntimeError``. Leaving an epoch early and calling
     ``set_epoch`` is normal (see docs/lifecycle.md).
 
-    Worker w of k owns the rank's splits at positions w, w + k, ...; the rank's
-    split count must be a multiple of ``num_workers``. Without a
+    Worker w of k reads only the rank's splits at positions w, w + k, ... (the
+    rank's split count must be a multiple of ``num_workers``), and every batch is
+    assembled in the trainer from one share per worker: the batches are the same
+    for every ``num_workers`` (0 included), each row is read once, and the state
+    after any batch is exact. A ``collate_fn`` of the user's runs in the trainer on
+    the whole batch (it need not be picklable); ``default_collate`` runs in the
+    workers on their shares. ``persistent_workers=True`` keeps the workers between
+    iterators, each of which continues from the committed position;
+    ``drop_last=True`` never yields (nor counts) a short last batch. Without a
     ``multiprocessing_context`` workers start with forkserver (else spawn); fork is
     refused because Lance is not fork-safe. Workers see the trainer's environment
-    as it is when the iterator starts.
+    as it is when they start.
 
     ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` is the
     batches the next iteration really yields; ``"epoch"`` is the batches of this
-    rank's whole epoch plus ``replay_allowance()``, what Lightning, Hugging Face
-    ``transformers`` and ``accelerate`` expect (after a restore they run ``len()``
-    minus the batches they already ran, and must not stop before replayed ones are
-    through); ``"auto"`` (the default) counts the epoch when one of those
+    rank's whole epoch, what Lightning, Hugging Face ``transformers`` and
+    ``accelerate`` expect (after a restore they run ``len()`` minus the batches
+    they already ran); ``"auto"`` (the default) counts the epoch when one of those
     frameworks asks (the first caller outside this package is in its modules) and
     the remaining batches when anyone else does. None changes what is yielded.
 
@@ -94,7 +101,7 @@ class StreamingDataLoader(DataLoader[Any]):
             ``__iter__``.
         ValueError: a ``batch_size``, ``num_workers``, ``prefetch_factor`` or
             ``timeout`` out of range, an unknown ``len_counts``, ``in_order=False``,
-            ``persistent_workers=True``, ``drop_last=True``, a fork context, or a
+            a fork context, or a
             worker count that does not divide the rank's splits.
     """
 
@@ -161,7 +168,7 @@ class StreamingDataLoader(DataLoader[Any]):
         checked = checked_numbers(given)
         batch_size, num_workers = checked["batch_size"], checked["num_workers"]
         prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
-        check_options(in_order=in_order, persistent_workers=persistent_workers, drop_last=drop_last)
+        check_options(in_order=in_order)
         check_len_counts(len_counts)
         columnar = self._columnar_for(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
@@ -172,16 +179,21 @@ class StreamingDataLoader(DataLoader[Any]):
         self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
         default = default_collate if batch_size is not None or batch_sampler is not None else default_convert
         collate = self._collate_for(collate_fn or default, given=collate_fn, columnar=columnar)
+        # the trainer collates when the user's function (or batch_size=None) needs the whole batch
+        finish = collate_fn if collate_fn not in (None, default_collate) else None
+        if batch_size is None and batch_sampler is None:
+            finish = _single(collate_fn or default_convert)
+        collate.raw = finish is not None
         super().__init__(
             dataset,
-            batch_size=None if columnar else batch_size,
+            batch_size=None,  # each item is one process's share of a batch (``Slice``)
             shuffle=shuffle,
             sampler=sampler,
             batch_sampler=batch_sampler,
             num_workers=num_workers,
             collate_fn=collate,
             pin_memory=pin_memory,
-            drop_last=drop_last,
+            drop_last=False,
             timeout=timeout,
             worker_init_fn=WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
             multiprocessing_context=multiprocessing_context,
@@ -193,6 +205,8 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
+        object.__setattr__(self, "drop_last", drop_last)  # kept by the loader's iterator
+        self._finish = finish
         self._streaming: StreamingDataset = dataset  # or a registered kind's (a mixture)
         self._columnar = columnar
         self._collate = collate
@@ -202,6 +216,7 @@ class StreamingDataLoader(DataLoader[Any]):
         )
         self._len_counts = len_counts
         self._framework_counts = False  # len() was read as the whole epoch
+        self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
 
@@ -280,29 +295,84 @@ class StreamingDataLoader(DataLoader[Any]):
         iterator (``num_workers=0``) that ``iterator`` wraps.
         """
         host: LoaderHost = self._streaming
+        keep = self.persistent_workers and self.num_workers > 0
+        if keep and _compat.persistent_iterator(self) is not None and self._board is not None:
+            return self._restart_kept(iterator), None, host.hold(iterator)
         if self._preload:
             _compat.forkserver_preload(self.multiprocessing_context, _PRELOAD)
         channel = self._channel()
-        batch_rows = self.batch_size if self._columnar and self.batch_size else 0
-        with host.shipping(batch_rows=batch_rows, num_workers=self.num_workers):
+        board = Board(self.multiprocessing_context, self.num_workers) if keep else None
+        with host.shipping(batch_size=self.batch_size or 1, columnar=self._columnar, board=board):
             batches = DataLoader.__iter__(self)
         supervise(batches, description="iter(loader)")  # dead workers, semaphore names
+        if keep:  # the workers, their pipes and their shared memory live as long as the iterator
+            self._board = board
+            weakref.finalize(batches, _release_kept, channel, board, num_workers=self.num_workers)
+            channel = None
         return batches, channel, host.hold(iterator)
 
+    def _restart_kept(self, iterator: Guarded) -> Iterator[Any]:
+        """``persistent_workers=True``, workers running: they start a new iterator, then take
+        over the host as it stands now (the committed position, its epoch and version)."""
+        from multiprocessing.reduction import ForkingPickler
+
+        host: LoaderHost = self._streaming
+        with host.shipping(batch_size=self.batch_size or 1, columnar=self._columnar):
+            batches = DataLoader.__iter__(self)  # torch's _reset: every worker calls iter() again
+            message = bytes(ForkingPickler.dumps(host))
+        assert self._board is not None
+        self._board.post(message)
+        return batches
+
+    def gather(self, batches: Iterator[Any] | None) -> tuple[list[WorkerBatch], Any] | None:
+        """The next batch of ``batches``: one share from each worker, assembled (package-internal).
+
+        Returns the shares (for their reports) and the batch, or ``None`` for a batch
+        that is not delivered: empty (rows a transform dropped) or short under
+        ``drop_last=True``.
+
+        Raises:
+            StopIteration: the epoch's batches are through.
+            RuntimeError: a worker's shares ran out before the others'.
+        """
+        assert batches is not None
+        try:
+            items: list[WorkerBatch] = [next(batches)]
+            for _ in range(1, max(1, self.num_workers)):
+                try:
+                    items.append(next(batches))
+                except StopIteration:
+                    raise RuntimeError(
+                        "a worker's batches ended before the others': the workers disagree on the batches"
+                    ) from None
+            shares = [item for item in items if item.count]
+            parts = [item.unwrap() for item in shares]  # before the commit: a failure here was not delivered
+        except StopIteration:
+            raise
+        except BaseException:
+            if self.persistent_workers:  # kept workers may be dead or mid-batch: start new ones next time
+                _compat.drop_persistent_iterator(self)
+            raise
+        if not shares:
+            return None
+        slots, size = assembly.compact([item.slots for item in shares], items[0].size)
+        if self.drop_last and size < (self.batch_size or 1):
+            return None
+        return items, assembly.assemble(parts, slots, size, collate=self._finish)
+
     def __len__(self) -> int:
-        """Batches the next iteration yields, counting every worker's short last batch.
+        """Batches the next iteration yields: the rank's samples left over the batch size,
+        rounded up (down with ``drop_last=True``, which never yields the short one).
 
         With ``len_counts="epoch"`` (and ``"auto"`` when an epoch-counting framework
         asks): the batches of this rank's whole epoch instead, however much of it was
-        delivered (as torchdata and Lightning count), plus ``replay_allowance()`` (for
-        an endless dataset: exactly one epoch's batches, so a framework's epochs line
-        up with the dataset's).
+        delivered (as torchdata and Lightning count; for an endless dataset exactly
+        one epoch's batches, so a framework's epochs line up with the dataset's).
 
         Raises:
             TypeError: an endless dataset when ``len()`` counts what remains.
         """
         dataset, batch_size = self._streaming, self.batch_size or 1
-        workers = max(1, self.num_workers)
         whole = self._counts_epoch()
         if dataset.endless and not whole:
             raise TypeError(
@@ -311,49 +381,29 @@ class StreamingDataLoader(DataLoader[Any]):
                 "Lightning needs to fetch no batch ahead), or count steps"
             )
         remaining = dataset.remaining(whole=whole)
-        # an endless loader's len() is one whole epoch: a framework that starts a new
-        # iterator after it lines up with the dataset's epochs
-        total = self.replay_allowance() if whole and not dataset.endless else 0
-        for worker in range(workers):
-            splits = worker_splits(
-                dataset.owned_splits(), worker=worker, num_workers=workers, world_size=dataset.world_size
-            )
-            total += -(-sum(remaining[split] for split in splits) // batch_size)
-        return total
+        total = sum(remaining[split] for split in dataset.owned_splits())
+        return total // batch_size if self.drop_last else -(-total // batch_size)
 
     def replay_allowance(self) -> int:
-        """Most batches a resume from ``state_dict()`` delivers again.
+        """Most batches a resume from ``state_dict()`` delivers again: 0.
 
-        With w = max(1, num_workers) iterators each owning m splits and a batch of
-        b samples, the state counts completed cycles at the last logical step
-        boundary, so a resume delivers again at most (w - 1) * b + w * (m - 1)
-        samples: the batches of the other workers since the boundary, and each
-        worker's incomplete cycle (none when b is a multiple of m). That is at most
-        w - 1 + ceil(w * (m - 1) / b) batches (w - 1 when b is a multiple of m),
-        the value returned. ``len_counts="epoch"`` adds it to the epoch, so a
-        framework that stops after ``len()`` batches (Lightning) never stops before
-        the replayed batches are through; it then ends at the iterator's end instead.
+        Every batch is assembled from all workers' shares and ends at an exact
+        position, so a state taken after any batch resumes with nothing repeated.
+        Kept for code written against earlier releases.
         """
-        workers = max(1, self.num_workers)
-        per_worker = len(self._streaming.owned_splits()) // workers
-        batch = self.batch_size or 1
-        partial = workers * (per_worker - 1) if batch % per_worker else 0
-        return workers - 1 + -(-partial // batch)
+        return 0
 
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:
-        """The dataset state at the last logical step boundary (or now, with ``strict``).
+        """The dataset state after the last batch returned: exact, for any ``num_workers``.
 
-        With k > 1 workers, the state between boundaries is not a consistent cut;
-        the last boundary's state replays the batches delivered since (at most
-        ``replay_allowance()``) after a resume.
+        ``strict`` is accepted for code written against earlier releases and changes
+        nothing.
 
         Raises:
-            RuntimeError: ``strict=True`` between logical step boundaries; an
-                evaluation dataset.
+            RuntimeError: an evaluation dataset.
         """
-        if strict or self.num_workers == 0:
-            return self._streaming.state_dict()
-        return self._streaming.boundary_state()
+        del strict
+        return self._streaming.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Forward to ``StreamingDataset.load_state_dict``."""
@@ -364,17 +414,37 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming.set_epoch(epoch)
 
 
+def _single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:
+    """``batch_size=None``: each batch is one sample, converted by ``collate``."""
+
+    def convert(samples: list[Any]) -> Any:
+        return collate(samples[0])
+
+    return convert
+
+
+def _release_kept(channel: transfer.Channel | None, board: Board | None, *, num_workers: int) -> None:
+    """A persistent loader's workers are gone: free their shared memory and pipes."""
+    if board is not None:
+        board.close()
+    if channel is not None:
+        transfer.release(channel, num_workers=num_workers)
+
+
 def _release(
     batches: Iterator[Any],
     channel: transfer.Channel | None,
     *,
     num_workers: int,
     reports: dict[tuple[int, int], dict[str, float]],
+    keep: bool = False,
 ) -> None:
-    """Shut down the workers of ``batches``, free their shared memory, and zero the
-    gauges of their last ``reports`` (nothing of theirs is queued any more)."""
+    """Shut down the workers of ``batches`` (unless the loader ``keep``s them), free their
+    shared memory, and zero the gauges of their last ``reports`` (nothing of theirs is
+    queued any more)."""
     try:
-        _compat.shutdown_workers(batches)
+        if not keep:
+            _compat.shutdown_workers(batches)
     finally:
         stats.idle(reports)
         if channel is not None:
@@ -455,24 +525,24 @@ class _Committing(BatchIterator):
             self._channel,
             num_workers=self._loader.num_workers,
             reports=self._dataset.worker_counters,
+            keep=self._loader.persistent_workers,
         )
 
-    def _delivered(self, drawn: tuple[WorkerBatch, Any]) -> Any:
-        item, batch = drawn
-        if item.report is not None:
-            self._dataset.commit(item.report)
+    def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
+        items, batch = drawn
+        for item in items:
+            if item.report is not None:
+                self._dataset.commit(item.report)
         return batch
 
-    def _draw(self) -> tuple[WorkerBatch, Any]:
+    def _draw(self) -> tuple[list[WorkerBatch], Any]:
         """The next batch, moving an endless dataset into its next epoch when one ends."""
         while True:
             # num_workers=0: the dataset's own iterator moves the cursor as the batch is
-            # drawn, so a batch that fails part way must put it back
+            # drawn, so a batch that fails part way (or that drop_last drops) must put it back
             before = self._dataset.mark() if self.inner is not None else None
             try:
-                assert self._batches is not None
-                item: WorkerBatch = next(self._batches)
-                return item, item.unwrap()  # unwrapped before the commit: a failure here was not delivered
+                drawn = self._loader.gather(self._batches)
             except StopIteration:
                 if not self._dataset.endless:
                     raise
@@ -481,6 +551,12 @@ class _Committing(BatchIterator):
                     self.inner.close()  # folds the stride it was in
                     self._dataset.rewind(before)
                 raise
+            else:
+                if drawn is not None:
+                    return drawn
+                if before is not None:  # dropped (drop_last) or empty: never delivered
+                    self._dataset.rewind(before)
+                continue
             self._release()
             self._dataset.next_epoch()
             self._begin()

@@ -68,15 +68,13 @@ class EpochSampler(Sampler[None]):
             self._dataset.set_epoch(epoch)
 
 
-def check_options(*, in_order: bool, persistent_workers: bool, drop_last: bool) -> None:
-    refusals = (
-        (not in_order, "in_order=False", "batches must reach the trainer in the order they were planned"),
-        (persistent_workers, "persistent_workers=True", "workers must restart from the committed position"),
-        (drop_last, "drop_last=True", "a dropped batch would count as delivered"),
-    )
-    for refused, setting, reason in refusals:
-        if refused:
-            raise ValueError(f"StreamingDataLoader refuses {setting}: {reason}; leave it at its default")
+def check_options(*, in_order: bool) -> None:
+    """Refuse the DataLoader options the loader cannot honour (``in_order=False``)."""
+    if not in_order:
+        raise ValueError(
+            "StreamingDataLoader refuses in_order=False: batches must reach the trainer in the "
+            "order they were planned; leave it at its default"
+        )
 
 
 def _whole(value: object, *, low: int, allow_none: bool) -> bool:

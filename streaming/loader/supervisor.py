@@ -106,8 +106,7 @@ class Supervisor:
             f"DataLoader worker (pid {pids}) exited unexpectedly while {self._description} "
             f"waited for its batches: {named}. The batches not handed to the loop were never "
             "counted: call iter() on the loader again to continue from the committed position "
-            "(nothing is lost; the samples since the last logical step boundary come again, "
-            "at most loader.replay_allowance() batches)"
+            "(nothing is lost or repeated)"
         ) from error
 
     def _heard(self, iterator: Any, message: Any) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import _compat
 
-__all__ = ["Channel", "Parcel", "Ring", "available", "receive", "release", "send"]
+__all__ = ["Channel", "Parcel", "Ring", "available", "receive", "release", "restart", "send"]
 
 _ALIGN = 64
 """Bytes each array's offset is rounded up to; also the size of the segment's header."""
@@ -168,6 +168,12 @@ class Ring:
             offset += _aligned(array.nbytes)
         return Parcel(self._memory.name, sequence, tuple(fields))
 
+    def restart(self) -> None:
+        """Start counting parcels again (a persistent worker's next iterator): the trainer
+        discarded the parcels of the last one it did not copy out, so every slot is free."""
+        self._sent = 0
+        self._copied[0] = 0
+
     def close(self) -> None:
         """Unmap the segment in this process (the trainer unlinks it)."""
         del self._copied
@@ -190,6 +196,13 @@ def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Par
         _RINGS[key] = Ring.create(key, slots=channel.slots, slot_bytes=size) if fits else None
     ring = _RINGS[key]
     return None if ring is None else ring.put(arrays)
+
+
+def restart(channel: Channel, worker: int) -> None:
+    """In worker ``worker``, before the first parcel of a new iterator: its ring (if any) starts over."""
+    ring = _RINGS.get(channel.segment(worker))
+    if ring is not None:
+        ring.restart()
 
 
 _ATTACHED: dict[str, shared_memory.SharedMemory] = {}

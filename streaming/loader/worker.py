@@ -10,9 +10,10 @@ batch that was prefetched and never handed over is never counted.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -23,30 +24,43 @@ from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
     from ..dataset.host import DatasetHost
+    from ..dataset.striped import Slice
 
 __all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
 
 
 @dataclass(frozen=True)
 class WorkerBatch:
-    """A collated batch and its worker's report (``None`` in the trainer's own process).
+    """One process's share of a loader batch and its worker's report (``None`` in the
+    trainer's own process).
 
-    ``numpy`` marks a batch whose numeric columns travel as numpy arrays, in the
-    batch or (``parcel``) in a shared-memory slot, their keys then holding ``None``;
-    ``packed`` one whose tensors travel by value (``byvalue``). ``unwrap`` turns
-    them into tensors in the trainer's process.
+    ``slots`` says where the share's samples go in the batch of ``size`` samples
+    (``assembly``); ``raw`` marks a share of samples the trainer collates (a
+    user's ``collate_fn`` sees the whole batch). ``numpy`` marks a share whose
+    numeric columns travel as numpy arrays, in the batch or (``parcel``) in a
+    shared-memory slot, their keys then holding ``None``; ``packed`` one whose
+    tensors travel by value (``byvalue``). ``unwrap`` turns them into tensors in
+    the trainer's process.
     """
 
     batch: Any
     report: WorkerReport | None
+    slots: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    size: int = 0
+    raw: bool = False
     numpy: bool = False
     parcel: transfer.Parcel | None = None
     packed: bool = False
     notice: str | None = None
     """Raised as ``SeededTransformWarning`` in the trainer (see ``seeding``)."""
 
+    @property
+    def count(self) -> int:
+        """Samples in this share."""
+        return len(self.slots)
+
     def unwrap(self) -> Any:
-        """The batch as the trainer receives it."""
+        """The share as the trainer receives it."""
         if self.notice is not None:
             seeding.warn(self.notice)
         if self.packed:
@@ -62,8 +76,10 @@ class WorkerBatch:
         return to_tensors(batch)
 
     def pin_memory(self, device: str | None = None) -> WorkerBatch:
-        """Pin the batch (called by the DataLoader's pin-memory thread)."""
-        return WorkerBatch(_compat.pin_memory(self.unwrap(), device), self.report)
+        """Pin the share (called by the DataLoader's pin-memory thread); ``assembly``
+        then builds the batch in pinned memory too."""
+        batch = self.batch if self.raw or self.count == 0 else _compat.pin_memory(self.unwrap(), device)
+        return WorkerBatch(batch, self.report, self.slots, self.size, raw=self.raw)
 
 
 _PIPE_BYTES = byvalue.MAX_BYTES
@@ -75,45 +91,63 @@ def _pipe_sized(batch: dict[str, Any]) -> bool:
 
 
 class ReportingCollate:
-    """Wraps a collate function: collate, then attach the worker's report.
+    """Batches one ``Slice`` (a process's share of a loader batch) and attaches the
+    worker's report.
 
-    With ``columnar`` the item is already a whole batch of column pieces (see
-    ``assemble``), finished here without per-row work; in a worker its numeric
-    columns go through the ``channel``'s shared-memory ring when one is set.
+    With ``columnar`` the slice holds column pieces (see ``assemble``), finished
+    here without per-row work; in a worker its numeric columns go through the
+    ``channel``'s shared-memory ring when one is set. With ``raw`` the samples
+    travel as they are and the trainer collates the whole batch.
     """
 
-    def __init__(self, collate: Callable[[Any], Any], *, columnar: bool) -> None:
+    def __init__(self, collate: Callable[[Any], Any], *, columnar: bool, raw: bool = False) -> None:
         self.collate = collate
         self.columnar = columnar
+        self.raw = raw
         self.channel: transfer.Channel | None = None
 
-    def __call__(self, samples: Any) -> WorkerBatch:
+    def __getstate__(self) -> dict[str, Any]:
+        """What a worker needs: with ``raw`` the trainer collates, so the user's function
+        stays behind (it need not be picklable)."""
+        state = dict(self.__dict__)
+        if self.raw:
+            state["collate"] = None
+        return state
+
+    def __call__(self, item: Slice) -> WorkerBatch:
         from torch.utils.data import get_worker_info
 
         worker = get_worker_info()
         # In the trainer's own process (num_workers=0) the dataset's cursor is
         # already the committed one; only worker processes send reports.
         report = None if worker is None else cast("DatasetHost", worker.dataset).worker_report()
-        if not self.columnar:
-            collated = outputs.collate(self.collate, samples)  # errors name the key and sample
+        if item.first and worker is not None and self.channel is not None:
+            transfer.restart(self.channel, worker.id)  # a persistent worker's new iterator
+        share = functools.partial(WorkerBatch, slots=item.slots, size=item.size)
+        if item.count == 0:
+            return share(None, report)
+        if self.raw:
+            return share(item.items, report, raw=True)
+        if not item.columnar:
+            collated = outputs.collate(self.collate, item.items)  # errors name the key and sample
             if worker is None:
-                return WorkerBatch(collated, None)
+                return share(collated, None)
             batch, packed = byvalue.pack(collated)
-            return WorkerBatch(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
+            return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
         from ..read.assemble import finish, to_tensors
 
-        batch = finish(samples, as_numpy=worker is not None)
+        batch = finish(item.items, as_numpy=worker is not None)
         if worker is None:
-            return WorkerBatch(batch, None)
+            return share(batch, None)
         if self.channel is not None:
             arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
             parcel = transfer.send(self.channel, worker.id, arrays) if arrays else None
             if parcel is not None:
                 rest = {key: None if key in arrays else value for key, value in batch.items()}
-                return WorkerBatch(rest, report, numpy=True, parcel=parcel)
+                return share(rest, report, numpy=True, parcel=parcel)
         if _pipe_sized(batch):
-            return WorkerBatch(batch, report, numpy=True)
-        return WorkerBatch(to_tensors(batch), report)  # large: shared memory beats the pipe
+            return share(batch, report, numpy=True)
+        return share(to_tensors(batch), report)  # large: shared memory beats the pipe
 
 
 class WorkerInit:

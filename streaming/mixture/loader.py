@@ -16,9 +16,9 @@ from torch.utils.data import default_collate
 
 from .. import _compat
 from ..core.lifecycle import Guarded
-from ..loader import outputs, transfer
+from ..loader import transfer
 from ..loader.loader import BatchIterator, StreamingDataLoader
-from ..read.assemble import finish
+from ..loader.worker import ReportingCollate
 from .mixture import StreamingMixture
 
 __all__ = ["MixtureLoader"]
@@ -60,14 +60,12 @@ class MixtureLoader(StreamingDataLoader):
         )
 
     def _collate_for(self, collate: Callable[[Any], Any], *, given: Any, columnar: bool) -> Any:
-        del collate  # no worker reports: the trainer counts whole steps
-        return _finish if columnar else given or outputs.collate_default
+        """Each worker's share, batched, with its read counters (the trainer counts whole steps)."""
+        del given
+        return ReportingCollate(collate, columnar=columnar)
 
     def _new_iterator(self) -> Guarded:
         return _MixtureBatches(self, self._mixture)
-
-    def _channel(self) -> transfer.Channel | None:
-        return None  # a mixture's batches travel through the DataLoader's queues
 
     def __len__(self) -> int:
         """Batches the next iteration yields; with ``len_counts="epoch"`` (or ``"auto"``
@@ -118,20 +116,35 @@ class _MixtureBatches(BatchIterator):
     def _first(self) -> None:
         """Start the DataLoader's batches (its workers) at the committed position."""
         self._loader.begin_iteration(stacklevel=6)
-        batches, _, self.inner = self._loader.start(self)
+        batches, channel, self.inner = self._loader.start(self)
         self._batches = batches
-        self._finalizer = weakref.finalize(self, _compat.shutdown_workers, batches)
+        keep = self._loader.persistent_workers
+        self._finalizer = weakref.finalize(
+            self, _release, batches, channel, num_workers=self._workers, keep=keep
+        )
 
     def _draw(self) -> Any:
-        assert self._batches is not None
-        return next(self._batches)
+        while True:
+            drawn = self._loader.gather(self._batches)
+            if drawn is not None:
+                return drawn
 
     def _delivered(self, drawn: Any) -> Any:
+        items, batch = drawn
         if self._workers > 0:  # with none, the mixture's own iterator moved it
             self._mixture.commit_step()
-        return drawn
+            for item in items:
+                if item.report is not None:
+                    self._mixture.commit_counters(item.report)
+        return batch
 
 
-def _finish(columns: Any) -> dict[str, Any]:
-    """The batch ``default_collate`` would make of a columnar batch's rows."""
-    return finish({name: [column] for name, column in columns.items()})
+def _release(batches: Any, channel: transfer.Channel | None, *, num_workers: int, keep: bool) -> None:
+    """Shut down the workers of ``batches`` (unless the loader ``keep``s them) and free
+    their shared memory."""
+    try:
+        if not keep:
+            _compat.shutdown_workers(batches)
+    finally:
+        if channel is not None:
+            transfer.release(channel, num_workers=num_workers)

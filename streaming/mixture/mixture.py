@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
+import numpy as np
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _compat
+from ..core import stats
 from ..core.lifecycle import Guarded, Lifecycle, Samples
 from ..core.options import as_epoch
-from ..core.progress import SplitProgress
+from ..core.progress import SplitProgress, WorkerReport
 from ..dataset import watchdog
+from ..dataset.board import Board
 from ..dataset.dataset import StreamingDataset
+from ..dataset.striped import Slice
 from ..errors import EpochCompleteWarning
 from ..read import source
 from .checks import check_batch, check_columns, check_fits, check_names, check_seed, check_sources, check_unit
-from .read import RankStream, batch_columns
+from .read import RankStream, share_of
 from .schedule import (
     MixPosition,
     Schedule,
@@ -106,7 +111,9 @@ class StreamingMixture(IterableDataset[Any]):
         self._position = self._schedule.start({name: data.epoch for name, data in self._sources.items()})
         self._epoch = 0
         self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
-        self._columnar = False  # a loader's columnar path: yield whole batches of columns
+        self._loader_columnar: bool | None = None  # while a loader starts: its slices (of columns?)
+        self._board: Board | None = None  # a persistent loader's pipes to its workers
+        self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
 
     def _check_fits(self) -> None:
         check_fits(self._schedule)
@@ -231,48 +238,46 @@ class StreamingMixture(IterableDataset[Any]):
         begin = not self._lifecycle.for_loader and info is None
         if begin:
             self.supersede("iter(mixture)")
-        stream = self._samples(worker, workers, columnar=self._columnar, begin=begin)
+        stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
         iterator = Samples(stream, "iter(mixture)")
         self._lifecycle.live.hold(iterator)
         return iterator
 
     def _samples(
-        self, offset: int, stride: int, *, columnar: bool, begin: bool = False
+        self, share: tuple[int, int], *, loader: bool | None, begin: bool = False
     ) -> Generator[Any, None, None]:
-        """This process's samples (or, for a loader's columnar path, whole batches), from
-        the position at the first ``next()`` (``begin``: warn there if the epoch ended)."""
+        """This process's samples from the position at the first ``next()`` (``begin``:
+        warn there if the epoch ended); for a loader (``loader`` says whether columnar),
+        its ``Slice`` of every batch, worker ``share[0]`` of ``share[1]``."""
         if begin:
             self.begin_iteration(stacklevel=5)
-        streams = {
-            name: RankStream(data, name=name, exact=stride > 1) for name, data in self._sources.items()
-        }
-        position, index = self._position, 0
+        fresh = None if self._board is None else self._board.fresh(share[0])
+        if fresh is not None:  # a persistent worker: the trainer's position now
+            keep = {name: self.__dict__[name] for name in ("_board",)}
+            self.__dict__.update(fresh.__dict__)
+            self.__dict__.update(keep)
+        streams = {name: RankStream(data, name=name, share=share) for name, data in self._sources.items()}
+        position, first = self._position, True
         try:
             while True:
                 nxt = self._schedule.advance(position)
                 if nxt is None:
                     return
                 step, after = nxt
-                if index % stride != offset:
-                    for name, segments in step.segments.items():
-                        for segment in segments:
-                            streams[name].read(segment, keep=False)
-                elif columnar:
-                    batch = batch_columns(step, streams, self._order(position.step, self.batch_size))
-                    self._position = after
-                    yield batch
+                items, where, size = share_of(step, streams, columnar=bool(loader))
+                order = self._order(position.step, size)
+                if loader is not None:
+                    if share[1] == 1:
+                        self._position = after  # the trainer's own process: the batch is handed out whole
+                    slots = _slots(where, order, size)
+                    yield Slice(items if len(where) else None, slots, size, bool(loader), first)
+                    first = False
                 else:
-                    samples = [
-                        sample
-                        for name, segments in step.segments.items()
-                        for segment in segments
-                        for sample in streams[name].read(segment, keep=True)
-                    ]
-                    samples = [samples[i] for i in self._order(position.step, len(samples))]
+                    samples = [items[i] for i in order]
                     yield from samples[:-1]
                     self._position = after  # the batch is whole once its last sample goes
                     yield samples[-1]
-                position, index = after, index + 1
+                position = after
         finally:
             for stream in streams.values():
                 stream.close()
@@ -326,20 +331,39 @@ class StreamingMixture(IterableDataset[Any]):
         self._epoch = epoch
 
     @contextmanager
-    def shipping(self, *, batch_rows: int, num_workers: int) -> Iterator[None]:
+    def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
         """While a loader starts its iterator: the pickles (the sources' too) are the
-        loader's, and with ``batch_rows`` > 0 the iterators yield whole batches of columns
-        (of this rank's batch size); any ``num_workers`` take batches in turn."""
-        del num_workers
+        loader's, and the iterators yield one ``Slice`` per batch (of columns with
+        ``columnar``): each process's share, read from its own splits of every source."""
+        del batch_size  # always the mixture's own
         with ExitStack() as stack:
             stack.enter_context(self._lifecycle.shipping())
             for data in self._sources.values():
-                stack.enter_context(data.shipping(batch_rows=0, num_workers=0))
-            self._columnar = batch_rows > 0
+                stack.enter_context(data.shipping(batch_size=1, columnar=False))
+            self._loader_columnar, self._board = columnar, board
             try:
                 yield
             finally:
-                self._columnar = False
+                self._loader_columnar, self._board = None, None
+
+    def worker_report(self) -> WorkerReport:
+        """In a worker process: the read counters of its sources (package-internal)."""
+        info = get_worker_info()
+        worker = 0 if info is None else int(info.id)
+        counters = stats.total([data.counters.as_dict() for data in self._sources.values()])
+        return WorkerReport(worker, os.getpid(), {}, counters)
+
+    def commit_counters(self, report: WorkerReport) -> None:
+        """Keep a worker's latest counters (package-internal: its share was delivered)."""
+        self._worker_counters[(report.pid, report.worker)] = report.counters
+
+    def stats(self) -> dict[str, float]:
+        """Read counters of this rank, summed over its sources and the DataLoader workers
+        whose shares reached the trainer (as of their latest delivered batch): the
+        totals of ``StreamingDataset.stats()`` (``rows_read``, ``bytes_read``, ...), plus
+        ``step``, the batches of this mixture epoch delivered. Cheap: counters only."""
+        parts = [data.counters.as_dict() for data in self._sources.values()]
+        return {"step": self.step, **stats.total([*parts, *self._worker_counters.values()])}
 
     def commit_step(self) -> None:
         """A loader handed one batch (from a worker) to the trainer."""
@@ -353,7 +377,10 @@ class StreamingMixture(IterableDataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, sources and position, no handles."""
         state = dict(self.__dict__)
-        state["_lifecycle"] = self._lifecycle.pickled(for_child=_compat.pickling_for_child_process())
+        for_child = _compat.pickling_for_child_process()
+        state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
+        state["_board"] = self._board if for_child else None
+        state["_worker_counters"] = {}
         return state
 
     # -- checkpoints ----------------------------------------------------------------
@@ -464,3 +491,13 @@ class StreamingMixture(IterableDataset[Any]):
         """
         del allow_lag
         return merge_mixture_states(states)
+
+
+def _slots(where: np.ndarray, order: range | list[int], size: int) -> np.ndarray:
+    """The slots in the ordered batch of the samples at offsets ``where`` before it was
+    ordered (the batch's sample i is the one at offset ``order[i]``)."""
+    if isinstance(order, range):
+        return where
+    inverse = np.empty(size, dtype=np.int64)
+    inverse[np.asarray(order, dtype=np.int64)] = np.arange(size, dtype=np.int64)
+    return inverse[where]

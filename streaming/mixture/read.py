@@ -1,10 +1,12 @@
-"""One source of a mixture as one rank reads it: its cycle order, epoch after epoch.
+"""One source of a mixture as one rank (or one of its workers) reads it, epoch after epoch.
 
 Sample j of a source's epoch (its global order) is split j % S, position j // S, so
 rank r of W takes every sample j with j % W == r: the rank's splits in ascending
 order, cycle after cycle. A segment of the mixture schedule (global positions
 [start, start + count), both multiples of W) is rank-local positions
-[start / W, (start + count) / W) of that order.
+[start / W, (start + count) / W) of that order. Worker w of k reads only the
+rank's splits at positions w, w + k, ... (its *share*): each row is read once
+across the rank's workers, and the loader assembles every batch from their shares.
 """
 
 from __future__ import annotations
@@ -19,21 +21,20 @@ import numpy as np
 from ..core.plan import digest
 from ..read.reader import SplitReaders, Window, open_readers
 from ..read.rows import Rows
-from ..read.transformed import TransformedRows
 from .schedule import Segment, Step
 
 if TYPE_CHECKING:
     from ..dataset.dataset import StreamingDataset
 
-__all__ = ["RankStream", "batch_columns"]
+__all__ = ["RankStream", "share_of"]
 
 
 class RankStream:
     """Reads segments of one source for this rank, in order, opening each epoch's plan."""
 
-    def __init__(self, dataset: StreamingDataset, *, name: str, exact: bool = False) -> None:
+    def __init__(self, dataset: StreamingDataset, *, name: str, share: tuple[int, int] = (0, 1)) -> None:
         self._dataset = dataset
-        self._exact = exact  # transform exactly the rows kept, in calls of their own (workers)
+        self._share = share  # (worker, workers): this process reads the splits at positions w, w + k, ...
         self._salt = (digest("mixture source", name),)  # per-row generators differ by source
         self._splits = dataset.owned_splits()
         self._world = dataset.world_size
@@ -47,7 +48,11 @@ class RankStream:
         data = self._dataset
         view = data.view_at(epoch)
         width = len(self._splits)
-        starts = {split: max(0, -(-(local - index) // width)) for index, split in enumerate(self._splits)}
+        starts = {
+            split: max(0, -(-(local - index) // width))
+            for index, split in enumerate(self._splits)
+            if self._mine(index)
+        }
         self._stack = ExitStack()
         windows = dataclasses.replace(view.window_source(data.options, data.counters), rng_salt=self._salt)
         threads = data.options.io_threads
@@ -55,8 +60,18 @@ class RankStream:
         self._readers, self._epoch, self._local = readers, epoch, local
         return readers
 
-    def _spans(self, segment: Segment, *, keep: bool) -> tuple[int, int, list[list[tuple[Window, int, int]]]]:
-        """(first rank-local position, count, each split's spans) of ``segment``."""
+    @property
+    def world_size(self) -> int:
+        """The source's world size."""
+        return self._world
+
+    def _mine(self, index: int) -> bool:
+        """Whether the split at position ``index`` of the rank's splits is this process's."""
+        worker, workers = self._share
+        return index % workers == worker
+
+    def _spans(self, segment: Segment) -> tuple[int, int, list[list[tuple[Window, int, int]]]]:
+        """(first rank-local position, count, each split's spans; none for others' splits) of ``segment``."""
         start, count = segment.start // self._world, segment.count // self._world
         readers = self._readers
         if readers is None or segment.epoch != self._epoch or start != self._local:
@@ -65,57 +80,55 @@ class RankStream:
         spans: list[list[tuple[Window, int, int]]] = []
         for index, split in enumerate(self._splits):
             first = (index - start) % width  # offset in the segment of this split's first sample
-            need = max(0, -(-(count - first) // width))
+            need = max(0, -(-(count - first) // width)) if self._mine(index) else 0
             parts = []
             while need > 0:
-                window, low, high = (
-                    readers.span(split, need) if keep and not self._exact else readers.skip(split, need)
-                )
+                window, low, high = readers.span(split, need)
                 parts.append((window, low, high))
                 need -= high - low
             spans.append(parts)
         self._local = start + count
         return start, count, spans
 
-    def read(self, segment: Segment, *, keep: bool) -> list[Any]:
-        """This rank's samples of ``segment`` (``keep=False``: pass them untransformed)."""
-        start, count, spans = self._spans(segment, keep=keep)
-        if not keep:
-            return []
+    def _within(self, start: int, count: int) -> np.ndarray:
+        """Offsets in a segment (from rank-local ``start``) of this process's samples."""
+        local = np.arange(start, start + count)
+        worker, workers = self._share
+        return (local - start)[(local % len(self._splits)) % workers == worker]
+
+    def read(self, segment: Segment) -> tuple[list[Any], np.ndarray]:
+        """This process's samples of ``segment`` in the rank's order, and their offsets in it."""
+        start, count, spans = self._spans(segment)
         taken = [
-            [sample for window, low, high in parts for sample in self._samples(window, low, high)]
-            for parts in spans
+            [sample for window, low, high in parts for sample in window.samples(low, high)] for parts in spans
         ]
         iterators = [iter(samples) for samples in taken]
         width = len(self._splits)
-        return [next(iterators[local % width]) for local in range(start, start + count)]
+        within = self._within(start, count)
+        return [next(iterators[(start + offset) % width]) for offset in within.tolist()], within
 
-    def _samples(self, window: Window, low: int, high: int) -> list[Any]:
-        if self._exact and isinstance(window, TransformedRows):
-            return window.exact(low, high)
-        return window.samples(low, high)
-
-    def read_columns(self, segment: Segment) -> tuple[list[str], list[Any]]:
-        """This rank's rows of ``segment`` as columns in yield order (no transform)."""
-        start, count, spans = self._spans(segment, keep=True)
+    def read_columns(self, segment: Segment) -> tuple[list[str], list[Any], np.ndarray]:
+        """This process's rows of ``segment`` as columns in the rank's order (no transform),
+        and their offsets in it."""
+        start, count, spans = self._spans(segment)
         width = len(self._splits)
+        within = self._within(start, count)
         sizes = np.array([sum(high - low for _, low, high in parts) for parts in spans])
-        local = np.arange(start, start + count)
-        split = local % width
-        within = (local - start - (split - start) % width) // width
-        order = (np.concatenate([[0], np.cumsum(sizes)[:-1]])[split] + within) if count else local
+        split = (start + within) % width
+        index = (within - (split - start) % width) // width  # the sample's index among its split's
+        order = np.concatenate([[0], np.cumsum(sizes)[:-1]])[split] + index if len(within) else within
         windows = [window for parts in spans for window, _, _ in parts]
         rows = [window for window in windows if isinstance(window, Rows)]
-        if not windows or len(rows) != len(windows):
+        if len(rows) != len(windows):
             raise TypeError("columnar reads need windows of rows (no transform)")
-        names = rows[0].names
+        names = rows[0].names if rows else []
         columns = []
         for column in range(len(names)):
             pieces = [
                 cast(Rows, window).column(column, low, high) for parts in spans for window, low, high in parts
             ]
             columns.append(_take(pieces, order))
-        return names, columns
+        return list(names), columns, within
 
     def close(self) -> None:
         """Stop the background reads."""
@@ -132,34 +145,47 @@ def _take(pieces: list[Any], order: np.ndarray) -> Any:
     return [values[index] for index in order]
 
 
-def batch_columns(step: Step, streams: Mapping[str, RankStream], order: range | list[int]) -> dict[str, Any]:
-    """This rank's share of ``step`` from every source, as whole columns in ``order``.
+def share_of(step: Step, streams: Mapping[str, RankStream], *, columnar: bool) -> tuple[Any, np.ndarray, int]:
+    """This process's share of ``step`` from every source, in source order: samples (or
+    ``{column: [values]}`` pieces with ``columnar``), their offsets in the rank's batch
+    before it is put in order, and the batch's size.
 
     Raises:
         TypeError: two sources with different columns (no batch could hold both).
     """
     names: list[str] | None = None
+    samples: list[Any] = []
     parts: list[list[Any]] = []
+    offsets: list[np.ndarray] = []
+    size = 0
     for source_name, segments in step.segments.items():
         for segment in segments:
-            found, columns = streams[source_name].read_columns(segment)
-            if names is None:
-                names, parts = found, [[] for _ in found]
-            elif found != names:
-                raise TypeError(
-                    f"sources[{source_name!r}] has columns {found} but an earlier source has "
-                    f"{names}; give every source the same columns= (or a transform, or a collate_fn)"
-                )
-            for column, part in zip(parts, columns, strict=True):
-                column.append(part)
-    assert names is not None
-    return {name: _reorder(column, order) for name, column in zip(names, parts, strict=True)}
+            stream = streams[source_name]
+            if columnar:
+                found, columns, within = stream.read_columns(segment)
+                if len(within) and names is None:
+                    names, parts = found, [[] for _ in found]
+                elif len(within) and found != names:
+                    raise TypeError(
+                        f"sources[{source_name!r}] has columns {found} but an earlier source has "
+                        f"{names}; give every source the same columns= (or a transform, or a collate_fn)"
+                    )
+                for column, part in zip(parts, columns, strict=False):
+                    column.append(part)
+            else:
+                got, within = stream.read(segment)
+                samples += got
+            offsets.append(size + within)
+            size += segment.count // stream.world_size
+    where = np.concatenate(offsets) if offsets else np.zeros(0, dtype=np.int64)
+    if not columnar:
+        return samples, where, size
+    pieces = {name: [_joined(column)] for name, column in zip(names or [], parts, strict=True)}
+    return pieces, where, size
 
 
-def _reorder(parts: list[Any], order: range | list[int]) -> Any:
-    """The pieces of a column laid end to end, then taken in ``order``."""
+def _joined(parts: list[Any]) -> Any:
+    """The pieces of a column laid end to end."""
     if all(isinstance(part, np.ndarray) for part in parts):
-        joined = np.concatenate(parts)
-        return joined if isinstance(order, range) else joined[np.asarray(order)]
-    values = [value for part in parts for value in part]
-    return [values[index] for index in order]
+        return np.concatenate(parts)
+    return [value for part in parts for value in part]

@@ -14,7 +14,7 @@ result is identical to ``default_collate([row dicts])`` by construction.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import default_collate
 
 from ..core.progress import Cursor
-from .iterate import CHUNK_ROWS
+from .iterate import CHUNK_ROWS, lowest_level
 from .reader import SplitReaders, Window, WindowSource, open_readers
 from .rows import Rows, gather
 
@@ -90,8 +90,8 @@ def _shared_storage(windows: Sequence[Window]) -> list[Rows] | None:
     return None
 
 
-def _chunk(readers: SplitReaders, splits: list[int]) -> _Chunk:
-    spans = [readers.span(split, CHUNK_ROWS) for split in splits]
+def _chunk(readers: SplitReaders, splits: list[int], *, limit: int) -> _Chunk:
+    spans = [readers.span(split, limit) for split in splits]
     count = min(stop - start for _, start, stop in spans)
     for split, (_, start, stop) in zip(splits, spans, strict=True):
         readers.unread(split, stop - start - count)
@@ -136,12 +136,16 @@ def _cut(chunks: deque[_Chunk], size: int) -> dict[str, list[Any]]:
 
 
 def _commit(cursor: Cursor, chunks: deque[_Chunk]) -> None:
-    """Count the cycles whose every row is in a batch handed out; drop used chunks."""
+    """Count every row of the batches handed out (a partial cycle too); drop used chunks."""
     for chunk in chunks:
-        cycles = chunk.taken // len(chunk.splits)
-        if cycles > chunk.committed:
-            cursor.advance(chunk.splits, cycles - chunk.committed)
-            chunk.committed = cycles
+        if chunk.taken > chunk.committed:
+            width = len(chunk.splits)
+            before, after = divmod(chunk.committed, width), divmod(chunk.taken, width)
+            for index, split in enumerate(chunk.splits):
+                moved = after[0] + (index < after[1]) - before[0] - (index < before[1])
+                if moved:
+                    cursor.advance([split], moved)
+            chunk.committed = chunk.taken
     while chunks and chunks[0].taken == chunks[0].rows:
         chunks.popleft()
 
@@ -152,24 +156,30 @@ def iterate_batches(
     cursor: Cursor,
     *,
     io_threads: int,
-    batch_size: int,
+    sizes: Iterator[int],
 ) -> Generator[dict[str, list[Any]], None, None]:
-    """Yield batches of ``batch_size`` rows in the order ``iterate_cycles`` gives.
+    """Yield batches of the next of ``sizes`` rows each, in the order ``iterate_cycles`` gives.
 
-    Each batch is a dict of per-column pieces for ``finish``. ``cursor`` counts
-    the completed cycles of the rows handed out, updated just before each yield.
+    Each batch is a dict of per-column pieces for ``finish`` (fewer rows at the
+    end). ``cursor`` counts every row handed out, updated just before each yield.
+    A size of 0 is skipped (nothing is yielded for it).
     """
     ordered = sorted(splits)
     chunks: deque[_Chunk] = deque()
     starts = {split: cursor.positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
-        while True:
+        for batch_size in sizes:
+            if batch_size == 0:
+                continue
             buffered = sum(chunk.rows - chunk.taken for chunk in chunks)
             while buffered < batch_size:
-                active = [split for split in ordered if readers.remaining(split) > 0]
-                if not active:
+                running = [split for split in ordered if readers.remaining(split) > 0]
+                if not running:
                     break
-                chunks.append(_chunk(readers, active))
+                active, gap = lowest_level(readers.positions, running)
+                chunks.append(
+                    _chunk(readers, active, limit=CHUNK_ROWS if gap is None else min(CHUNK_ROWS, gap))
+                )
                 buffered += chunks[-1].rows
             if buffered == 0:
                 return

@@ -1,14 +1,14 @@
-"""Round-robin iteration over owned splits, committing only completed cycles."""
+"""Iteration over owned splits by level (a sample's index in its split), counting every sample."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from ..core.progress import Cursor, Passed
 from .reader import SplitReaders, WindowSource, open_readers
 
-__all__ = ["CHUNK_ROWS", "iterate_cycles"]
+__all__ = ["CHUNK_ROWS", "iterate_cycles", "lowest_level"]
 
 CHUNK_ROWS = 512
 """Samples taken from each split at a time; they are interleaved in one go."""
@@ -37,12 +37,22 @@ def _trim(
     return passed
 
 
+def lowest_level(
+    levels: Sequence[int] | Mapping[int, int], splits: Sequence[int]
+) -> tuple[list[int], int | None]:
+    """The splits at the lowest of ``levels`` (in the given order), and how many
+    levels they rise before meeting the next splits (``None``: no splits above)."""
+    low = min(levels[split] for split in splits)
+    above = [levels[split] for split in splits if levels[split] > low]
+    return [split for split in splits if levels[split] == low], (min(above) - low if above else None)
+
+
 def _chunks(
-    readers: SplitReaders, splits: Sequence[int], committed: Sequence[int]
+    readers: SplitReaders, splits: Sequence[int], committed: Sequence[int], *, limit: int
 ) -> tuple[list[list[Any]], int, list[Passed]]:
     """The next samples of every split, trimmed to the same count, and their ``passed``."""
     lags = [readers.positions[split] - committed[split] for split in splits]
-    taken = [readers.take_kept(split, CHUNK_ROWS) for split in splits]
+    taken = [readers.take_kept(split, limit) for split in splits]
     count = min(len(samples) for samples, _, _ in taken)
     passed = [_trim(readers, *args) for args in zip(splits, taken, [count] * len(splits), lags, strict=True)]
     return [samples for samples, _, _ in taken], count, passed
@@ -55,32 +65,37 @@ def iterate_cycles(
     *,
     io_threads: int,
 ) -> Generator[Any, None, None]:
-    """Yield cycle 0, 1, ...: one sample of each split that has not run out.
+    """Yield the samples of ``splits`` by level, inside a level in ascending split order.
 
-    Inside a cycle splits come in ascending order. ``cursor`` moves just before
-    the last sample of a cycle is handed out, so it always counts whole cycles;
-    samples of a partial cycle are replayed after a resume. Closing the generator
-    stops the background reads.
+    When every split stands at the same level that is cycle after cycle; a split
+    behind the others (a resume from a partial cycle, a lagged merge) takes its
+    samples alone until it meets them. ``cursor`` counts each sample as it is
+    handed out, so a state taken in the middle of a cycle is exact. Closing the
+    generator stops the background reads.
     """
     ordered = sorted(splits)
     starts = {split: cursor.positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
         count = width = 0
-        readers.held = lambda: max(0, count - cursor.cycles) * width  # the chunk's cycles to come
+        readers.held = lambda: max(0, (count - cursor.cycles) * width - cursor.within)  # the chunk's rest
         try:
             while True:
-                active = [split for split in ordered if readers.remaining(split) > 0]
-                if not active:
+                running = [split for split in ordered if readers.remaining(split) > 0]
+                if not running:
                     return
-                chunks, count, passed = _chunks(readers, active, cursor.positions)
+                active, gap = lowest_level(cursor.samples, running)
+                limit = CHUNK_ROWS if gap is None else min(CHUNK_ROWS, gap)
+                chunks, count, passed = _chunks(readers, active, cursor.positions, limit=limit)
                 cursor.begin(active, passed)
                 width = len(active)
                 rows = iter(
                     chunks[0] if width == 1 else [row for cycle in zip(*chunks, strict=True) for row in cycle]
                 )
                 for _ in range(count):
-                    for _ in range(width - 1):
+                    for index in range(1, width):
+                        cursor.within = index  # counted as it is handed out
                         yield next(rows)
+                    cursor.within = 0
                     cursor.cycles += 1
                     yield next(rows)
         finally:

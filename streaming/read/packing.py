@@ -24,6 +24,7 @@ import numpy as np
 
 from ..core.progress import Anchor, Cursor
 from ..errors import PackingEstimateWarning
+from .iterate import lowest_level
 from .reader import SplitReaders, WindowSource, open_readers
 
 __all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]
@@ -178,10 +179,11 @@ def iterate_blocks(
     io_threads: int,
     packing: Packing,
 ) -> Generator[dict[str, Any], None, None]:
-    """Yield cycles of one block per owned split, in ascending split order.
+    """Yield blocks by level (a block's index in its split), inside a level in
+    ascending split order: cycle after cycle, and the rest of a partial cycle first.
 
-    ``cursor`` moves just before the last block of a cycle is handed out, so a
-    state counts whole cycles, as with rows. Closing the generator stops reads.
+    ``cursor`` moves each split's anchor as its block is handed out, so a state
+    taken in the middle of a cycle is exact. Closing the generator stops reads.
     """
     import torch
 
@@ -192,20 +194,23 @@ def iterate_blocks(
     with open_readers(
         windows, {split: anchors[split][1] for split in ordered}, io_threads=io_threads
     ) as readers:
-        packers = [
-            _Packer(readers, split, anchors[split], packing=packing, column=column) for split in ordered
-        ]
-        for packer, split in zip(packers, ordered, strict=True):
+        packers = {
+            split: _Packer(readers, split, anchors[split], packing=packing, column=column)
+            for split in ordered
+        }
+        for split, packer in packers.items():
             while packer.blocks < cursor.samples[split]:  # a lockstep anchor: catch up
                 packer.block()
-        active = [packer for packer in packers if packer.blocks < budget]
-        while active:
-            cycle = [packer.block() for packer in active]
-            for block in cycle[:-1]:
+        while True:
+            running = [split for split in ordered if packers[split].blocks < budget]
+            if not running:
+                return
+            levels = {split: packers[split].blocks for split in running}
+            active, _ = lowest_level(levels, running)
+            for split in active:
+                block = packers[split].block()
+                cursor.move_anchors({split: packers[split].anchor})
                 yield _tensors(block, torch)
-            cursor.move_anchors({packer.split: packer.anchor for packer in active})
-            yield _tensors(cycle[-1], torch)
-            active = [packer for packer in active if packer.blocks < budget]
 
 
 def _tensors(block: dict[str, np.ndarray], torch: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ keeps the old one when anything fails.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,15 +124,15 @@ class TableView:
         cursor: Cursor,
         *,
         counters: Counters,
-        batch_rows: int,
+        sizes: Iterator[int] | None = None,
     ) -> Generator[Any, None, None]:
-        """Samples (or packed blocks, or columnar batches of ``batch_rows``) of ``splits``."""
+        """Samples (or packed blocks, or with ``sizes`` columnar batches of those sizes) of ``splits``."""
         windows = self.window_source(options, counters)
         threads = options.io_threads
         if self.packing is not None:
             return iterate_blocks(windows, splits, cursor, io_threads=threads, packing=self.packing)
-        if batch_rows:
-            return iterate_batches(windows, splits, cursor, io_threads=threads, batch_size=batch_rows)
+        if sizes is not None:
+            return iterate_batches(windows, splits, cursor, io_threads=threads, sizes=sizes)
         return iterate_cycles(windows, splits, cursor, io_threads=threads)
 
 

@@ -1,0 +1,109 @@
+"""The order of a rank's samples, and each worker's stripe of every batch. Pure.
+
+A rank's iterator hands out its splits' samples by *level* (a sample's index in
+its split), and inside a level in ascending split order: cycle after cycle, and
+after a resume from a partial cycle, the rest of that cycle first. With k
+workers, worker w reads only the splits at positions w, w + k, ... of the
+rank's splits, and each loader batch (rank samples [t * b, (t + 1) * b)) is
+assembled in the trainer from one *stripe* per worker: the worker's samples of
+that batch, in the same order, with their slots in the batch. So the batches
+are the same for every worker count, and every batch ends at an exact position.
+
+``RankOrder`` computes which split position each rank sample comes from without
+materialising the order: the levels are cut into segments in which the same
+splits take part, so a lookup costs O(segments + samples asked for).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["RankOrder", "Stripe"]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """Levels [low, high) in which the split positions ``active`` take part; rank
+    samples from ``offset`` on."""
+
+    low: int
+    high: int
+    offset: int
+    active: np.ndarray
+
+
+class RankOrder:
+    """The order of the samples a rank has left: by (level, split position).
+
+    ``starts[j]`` is the level the split at position j of the rank's splits
+    stands at (its samples delivered), ``ends[j]`` the level it will stop at (its
+    samples delivered plus those left).
+    """
+
+    def __init__(self, starts: Sequence[int], ends: Sequence[int]) -> None:
+        if len(starts) != len(ends):
+            raise ValueError(f"{len(starts)} starts but {len(ends)} ends")
+        if any(end < start for start, end in zip(starts, ends, strict=True)):
+            raise ValueError(f"an end lies before its start: starts {list(starts)}, ends {list(ends)}")
+        first, last = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        levels = sorted({int(level) for level in (*starts, *ends)})
+        self._segments: list[_Segment] = []
+        offset = 0
+        for low, high in itertools.pairwise(levels):
+            active = np.flatnonzero((first <= low) & (last >= high))
+            if len(active):
+                self._segments.append(_Segment(low, high, offset, active))
+                offset += (high - low) * len(active)
+        self.total = offset
+        self._offsets = [segment.offset for segment in self._segments]
+
+    def positions(self, low: int, high: int) -> np.ndarray:
+        """The split position of each rank sample in [low, high) (clipped to ``total``)."""
+        high = min(high, self.total)
+        if high <= low:
+            return np.zeros(0, dtype=np.int64)
+        parts = []
+        index = max(0, bisect.bisect_right(self._offsets, low) - 1)
+        while low < high:
+            segment = self._segments[index]
+            width = len(segment.active)
+            stop = min(high, segment.offset + (segment.high - segment.low) * width)
+            within = np.arange(low - segment.offset, stop - segment.offset, dtype=np.int64)
+            parts.append(segment.active[within % width])
+            low, index = stop, index + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def batches(self, batch_size: int) -> int:
+        """How many batches of ``batch_size`` the samples make (the last one may be short)."""
+        return -(-self.total // batch_size)
+
+
+@dataclass(frozen=True)
+class Stripe:
+    """Worker ``worker`` of ``workers``: its slots in each batch of ``batch_size``.
+
+    The worker owns the split positions j with j % workers == worker.
+    """
+
+    order: RankOrder
+    worker: int
+    workers: int
+    batch_size: int
+
+    def slots(self, batch: int) -> np.ndarray:
+        """Slots (indices in batch ``batch``) of this worker's samples, ascending."""
+        low = batch * self.batch_size
+        positions = self.order.positions(low, low + self.batch_size)
+        if self.workers == 1:
+            return np.arange(len(positions), dtype=np.int64)
+        return np.flatnonzero(positions % self.workers == self.worker)
+
+    def size(self, batch: int) -> int:
+        """Samples in batch ``batch`` (all workers together)."""
+        low = batch * self.batch_size
+        return max(0, min(self.batch_size, self.order.total - low))

@@ -1,0 +1,92 @@
+"""A loader's view of one process's samples: one ``Slice`` per loader batch.
+
+Inside a ``StreamingDataLoader`` a dataset iterator (in the trainer with
+``num_workers=0``, or in each worker) yields, for every batch of the rank, the
+samples of that batch it owns and where they go in the batch (a *stripe*, see
+``core.stripes``). The loader assembles each batch from the slices of all its
+workers, so the batches are the same for every worker count and the position
+after each batch is exact.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.stripes import Stripe
+
+__all__ = ["Slice", "Sizes", "slices"]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """One process's share of one loader batch.
+
+    ``items`` is a list of samples, or (``columnar``) per-column pieces for
+    ``read.assemble.finish``; ``slots`` says where each of them goes in the batch
+    of ``size`` samples. ``count`` is ``len(slots)``; 0 for a process with no
+    sample in this batch.
+    """
+
+    items: Any
+    slots: np.ndarray
+    size: int
+    columnar: bool = False
+    first: bool = False
+    """The iterator's first slice (a worker's shared-memory ring starts over)."""
+
+    @property
+    def count(self) -> int:
+        """Samples in this slice."""
+        return len(self.slots)
+
+
+class Sizes:
+    """The sizes a columnar batch reader is asked for, one at a time (see ``slices``)."""
+
+    def __init__(self) -> None:
+        self._queue: deque[int] = deque()
+
+    def ask(self, size: int) -> None:
+        """The next batch the reader yields has ``size`` rows."""
+        self._queue.append(size)
+
+    def __iter__(self) -> Iterator[int]:
+        return self
+
+    def __next__(self) -> int:
+        if not self._queue:
+            raise StopIteration
+        return self._queue.popleft()
+
+
+def slices(
+    stripe: Stripe, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
+) -> Generator[Slice, None, None]:
+    """One ``Slice`` per batch of ``stripe``: the next samples of ``stream``.
+
+    ``stream(sizes)`` starts the process's samples (``sizes`` is ``None``) or, with
+    ``columnar``, its batches of the sizes asked of ``sizes``. A stream that ends
+    early (rows a transform dropped) gives shorter slices at the end.
+    """
+    sizes = Sizes() if columnar else None
+    source = stream(sizes)
+    for batch in range(stripe.order.batches(stripe.batch_size)):
+        slots = stripe.slots(batch)
+        size = stripe.size(batch)
+        first = batch == 0
+        if len(slots) == 0:
+            yield Slice(None, slots, size, columnar, first)
+        elif sizes is not None:
+            sizes.ask(len(slots))
+            pieces = next(source, None)
+            got = 0 if pieces is None else sum(len(piece) for piece in next(iter(pieces.values()), []))
+            yield Slice(pieces, slots[:got], size, columnar, first)
+        else:
+            samples = list(itertools.islice(source, len(slots)))
+            yield Slice(samples, slots[: len(samples)], size, first=first)

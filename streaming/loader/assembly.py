@@ -1,0 +1,146 @@
+"""One loader batch from its workers' slices: each value put in its slot.
+
+Every worker sends its share of a batch already batched (tensors stacked along
+the first dimension, lists of strings, dicts of those: what ``default_collate``
+makes), or as raw samples when the user's ``collate_fn`` must see the whole
+batch. ``assemble`` lays the shares into one batch, slot by slot, so the result
+is what ``default_collate`` (or the user's function) gives for the samples in
+the rank's order: the same batch for every worker count.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["assemble", "compact"]
+
+
+def compact(slots: Sequence[np.ndarray], size: int) -> tuple[list[np.ndarray], int]:
+    """``slots`` renumbered 0, 1, ... in order when they leave holes (a share came short
+    because a transform dropped rows), and the batch size they then fill."""
+    filled = sum(len(part) for part in slots)
+    if filled == size:
+        return list(slots), size
+    joined = np.concatenate(list(slots))
+    ranks = np.empty(len(joined), dtype=np.int64)
+    ranks[np.argsort(joined, kind="stable")] = np.arange(len(joined))
+    bounds = np.cumsum([0, *(len(part) for part in slots)])
+    return [ranks[low:high] for low, high in itertools.pairwise(bounds)], filled
+
+
+def assemble(
+    parts: Sequence[Any], slots: Sequence[np.ndarray], size: int, *, collate: Callable[[Any], Any] | None
+) -> Any:
+    """The batch of ``size`` samples whose share ``parts[i]`` goes to ``slots[i]``.
+
+    With ``collate`` the parts are lists of raw samples, put in order and then
+    collated; without, they are batched already and are merged value by value.
+
+    Raises:
+        TypeError: the shares cannot make one batch (shapes that differ between
+            them, as ``default_collate`` would refuse the whole batch).
+    """
+    if collate is not None:
+        return collate(_placed(list(parts), list(slots), size))
+    if len(parts) == 1 and _in_order(slots[0], size):
+        return parts[0]
+    return _merge(list(parts), list(slots), size, ())
+
+
+def _placed(values: list[Any], slots: list[np.ndarray], size: int) -> list[Any]:
+    """The items of several lists, each put in its slot of one list of ``size``."""
+    out: list[Any] = [None] * size
+    for value, where in zip(values, slots, strict=True):
+        for slot, item in zip(where.tolist(), value, strict=True):
+            out[slot] = item
+    return out
+
+
+def _in_order(slots: np.ndarray, size: int) -> bool:
+    return len(slots) == size and bool((slots == np.arange(size)).all())
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return "array"
+    if isinstance(value, Mapping):
+        return "mapping"
+    return "sequence" if isinstance(value, list | tuple) else type(value).__name__
+
+
+def _merge(values: list[Any], slots: list[np.ndarray], size: int, path: tuple[Any, ...]) -> Any:
+    first = values[0]
+    kinds = {_kind(value) for value in values}
+    if len(kinds) > 1:
+        raise TypeError(
+            f"{_where(path)} cannot be batched: the batch holds different types for it "
+            f"({', '.join(sorted(type(value).__name__ for value in values))} in the workers' shares); "
+            "return one type for it from every row of the transform (convert it there), drop such "
+            "rows with filter= or on_transform_error=, or pass a collate_fn= that handles them"
+        )
+    if isinstance(first, torch.Tensor):
+        return _merge_tensors(values, slots, size, path)
+    if isinstance(first, np.ndarray):
+        out = np.empty((size, *first.shape[1:]), dtype=first.dtype)
+        for value, where in zip(values, slots, strict=True):
+            _check_shape(value.shape, first.shape, path)
+            out[where] = value
+        return out
+    if isinstance(first, Mapping):
+        return {key: _merge([value[key] for value in values], slots, size, (*path, key)) for key in first}
+    if isinstance(first, tuple) and hasattr(first, "_fields"):  # a namedtuple: default_collate keeps it
+        fields = [_merge([value[i] for value in values], slots, size, (*path, i)) for i in range(len(first))]
+        return type(first)(*fields)
+    if isinstance(first, list | tuple):
+        if _leaves(values, slots):
+            return _placed(values, slots, size)
+        return [_merge([value[i] for value in values], slots, size, (*path, i)) for i in range(len(first))]
+    raise TypeError(f"{_where(path)} holds a {type(first).__name__}, which no batch of samples gives")
+
+
+def _merge_tensors(
+    values: list[torch.Tensor], slots: list[np.ndarray], size: int, path: tuple[Any, ...]
+) -> Any:
+    first = values[0]
+    dtype = first.dtype
+    for value in values[1:]:  # as default_collate of the whole batch would (ints and floats: floats)
+        dtype = torch.promote_types(dtype, value.dtype)
+    pinned = first.device.type == "cpu" and first.is_pinned()
+    out = torch.empty((size, *first.shape[1:]), dtype=dtype, device=first.device, pin_memory=pinned)
+    for value, where in zip(values, slots, strict=True):
+        _check_shape(tuple(value.shape), tuple(first.shape), path)
+        value = value.to(dtype)
+        if out.device.type == "cpu" and dtype != torch.bfloat16:  # numpy's take handles every dtype
+            out.numpy()[where] = value.numpy()
+        else:
+            out[torch.from_numpy(where).to(out.device)] = value
+    return out
+
+
+def _check_shape(shape: tuple[int, ...], first: tuple[int, ...], path: tuple[Any, ...]) -> None:
+    if shape[1:] != first[1:]:
+        raise TypeError(
+            f"{_where(path)} cannot be batched: its shapes differ within the batch ({first[1:]} and "
+            f"{shape[1:]}); pad or cut it to one size in the transform, pass a collate_fn= that pads, "
+            "or pack token lists with pack_sequences="
+        )
+
+
+def _leaves(values: list[Any], slots: list[np.ndarray]) -> bool:
+    """Whether each value is a list with one plain item per sample (strings, bytes)."""
+    containers = (torch.Tensor, np.ndarray, Mapping, list, tuple)
+    return all(len(value) == len(where) for value, where in zip(values, slots, strict=True)) and not any(
+        isinstance(item, containers) for value in values for item in value
+    )
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    if not path:
+        return "the samples the transform returned"
+    key = repr(path[0]) + "".join(f"[{part!r}]" for part in path[1:])
+    return f"key {key} of the samples the transform returned"
