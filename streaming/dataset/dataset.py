@@ -317,13 +317,22 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             yield from self._endless(splits)
         elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
             batch_size, columnar = batch
-            yield from striped.slices(
+            pieces = striped.slices(
                 self.stripe(stripe[0], stripe[1], batch_size=batch_size),
                 lambda sizes: self._stream(splits, sizes=sizes),
                 columnar=columnar,
             )
+            if get_worker_info() is None:
+                yield from ([piece] for piece in pieces)
+            else:
+                yield from striped.bundles(pieces, report=self.worker_report, row_bytes=self._row_bytes)
         else:
             yield from self._stream(splits)
+
+    def _row_bytes(self) -> float:
+        """Bytes read per row so far in this process (0 before the first read)."""
+        counters = self._counters
+        return counters.bytes_read / counters.rows_read if counters.rows_read else 0.0
 
     def _stream(self, splits: list[int], *, sizes: Iterator[int] | None = None) -> Generator[Any, None, None]:
         return self._view.stream(

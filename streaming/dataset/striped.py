@@ -10,6 +10,7 @@ after each batch is exact.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -20,7 +21,17 @@ import numpy as np
 
 from ..core.stripes import Stripe
 
-__all__ = ["Slice", "Sizes", "slices"]
+__all__ = ["BUNDLE_BYTES", "BUNDLE_ROWS", "BUNDLE_SLICES", "Slice", "Sizes", "bundles", "slices"]
+
+
+BUNDLE_ROWS = 1024
+"""A worker's message carries slices of several batches up to about this many rows."""
+
+BUNDLE_BYTES = 4 << 20
+"""... and up to about this many bytes of rows as read (``bytes_read / rows_read``)."""
+
+BUNDLE_SLICES = 8
+"""... and at most this many slices."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,8 @@ class Slice:
     columnar: bool = False
     first: bool = False
     """The iterator's first slice (a worker's shared-memory ring starts over)."""
+    report: Any = None
+    """In a worker: its ``WorkerReport`` as this slice ends (the position after it)."""
 
     @property
     def count(self) -> int:
@@ -90,3 +103,28 @@ def slices(
         else:
             samples = list(itertools.islice(source, len(slots)))
             yield Slice(samples, slots[: len(samples)], size, first=first)
+
+
+def bundles(
+    pieces: Iterator[Slice], *, report: Callable[[], Any], row_bytes: Callable[[], float]
+) -> Generator[list[Slice], None, None]:
+    """A worker's slices, several to a message: each DataLoader message costs the same
+    whatever it carries, so a worker that sends its share of one batch at a time pays
+    it k times per batch. The first message holds one slice (the first batch comes
+    soon), later ones twice as many as the one before, up to ``BUNDLE_SLICES`` and
+    about ``BUNDLE_ROWS`` rows and ``BUNDLE_BYTES`` bytes. Each slice carries the
+    ``report()`` taken as it ends.
+    """
+    limit = 1
+    bundle: list[Slice] = []
+    rows = 0
+    for piece in pieces:
+        bundle.append(dataclasses.replace(piece, report=report()))
+        rows += piece.count
+        size = rows * max(1.0, row_bytes())
+        if len(bundle) >= limit or rows >= BUNDLE_ROWS or size >= BUNDLE_BYTES:
+            yield bundle
+            bundle, rows = [], 0
+            limit = min(BUNDLE_SLICES, 2 * limit)
+    if bundle:
+        yield bundle

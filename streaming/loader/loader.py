@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded
 from ..core.plan import worker_splits
+from ..dataset import striped
 from ..dataset.board import Board
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
@@ -28,7 +30,7 @@ from .settings import (
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
-__all__ = ["BatchIterator", "StreamingDataLoader"]
+__all__ = ["BatchIterator", "Shares", "StreamingDataLoader"]
 
 _Loader = TypeVar("_Loader", bound="StreamingDataLoader")
 
@@ -255,7 +257,7 @@ class StreamingDataLoader(DataLoader[Any]):
         """The shared-memory channel of the batches about to start (set on the collate)."""
         channel = None
         if self.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=(self.prefetch_factor or 2) + 2)
+            channel = transfer.Channel.new(slots=((self.prefetch_factor or 2) + 2) * striped.BUNDLE_SLICES)
         self._collate.channel = channel
         return channel
 
@@ -324,7 +326,7 @@ class StreamingDataLoader(DataLoader[Any]):
         self._board.post(message)
         return batches
 
-    def gather(self, batches: Iterator[Any] | None) -> tuple[list[WorkerBatch], Any] | None:
+    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
         """The next batch of ``batches``: one share from each worker, assembled (package-internal).
 
         Returns the shares (for their reports) and the batch, or ``None`` for a batch
@@ -335,30 +337,41 @@ class StreamingDataLoader(DataLoader[Any]):
             StopIteration: the epoch's batches are through.
             RuntimeError: a worker's shares ran out before the others'.
         """
-        assert batches is not None
+        assert shares is not None
         try:
-            items: list[WorkerBatch] = [next(batches)]
-            for _ in range(1, max(1, self.num_workers)):
-                try:
-                    items.append(next(batches))
-                except StopIteration:
-                    raise RuntimeError(
-                        "a worker's batches ended before the others': the workers disagree on the batches"
-                    ) from None
-            shares = [item for item in items if item.count]
-            parts = [item.unwrap() for item in shares]  # before the commit: a failure here was not delivered
+            items = shares.next_batch()
+            present = [item for item in items if item.count]
+            if present and all(item.numpy for item in present):  # columns: merged straight from the slots
+                merged = self._columns(present, items[0].size)
+                return None if merged is None else (items, merged)
+            parts = [item.unwrap() for item in present]  # before the commit: a failure here was not delivered
         except StopIteration:
             raise
         except BaseException:
             if self.persistent_workers:  # kept workers may be dead or mid-batch: start new ones next time
                 _compat.drop_persistent_iterator(self)
             raise
-        if not shares:
+        if not present:
             return None
-        slots, size = assembly.compact([item.slots for item in shares], items[0].size)
+        slots, size = assembly.compact([item.slots for item in present], items[0].size)
         if self.drop_last and size < (self.batch_size or 1):
             return None
         return items, assembly.assemble(parts, slots, size, collate=self._finish)
+
+    def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
+        """The batch of columnar shares: numeric columns copied once, from the workers'
+        shared-memory slots into the batch (then the slots are free again)."""
+        from ..read.assemble import to_tensors
+
+        try:
+            slots, size = assembly.compact([item.slots for item in shares], size)
+            if self.drop_last and size < (self.batch_size or 1):
+                return None
+            merged = assembly.columns([item.columns() for item in shares], slots, size)
+        finally:
+            for item in shares:
+                item.done()
+        return to_tensors(merged)
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the rank's samples left over the batch size,
@@ -412,6 +425,38 @@ class StreamingDataLoader(DataLoader[Any]):
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingDataset.set_epoch``."""
         self._streaming.set_epoch(epoch)
+
+
+class Shares:
+    """The DataLoader's messages, each one worker's shares of one or more batches, sorted
+    by worker until every worker's share of the next batch is in (package-internal)."""
+
+    def __init__(self, batches: Iterator[Any], *, workers: int) -> None:
+        self._batches = batches
+        self._queues: list[collections.deque[WorkerBatch]] = [
+            collections.deque() for _ in range(max(1, workers))
+        ]
+
+    def next_batch(self) -> list[WorkerBatch]:
+        """Every worker's share of the next batch, worker 0 first.
+
+        Raises:
+            StopIteration: every worker's shares are through.
+            RuntimeError: a worker's shares ran out before the others'.
+        """
+        for queue in self._queues:
+            while not queue:
+                try:
+                    message = next(self._batches)
+                except StopIteration:
+                    if not any(self._queues):
+                        raise
+                    raise RuntimeError(
+                        "a worker's batches ended before the others': the workers disagree on the batches"
+                    ) from None
+                for share in message:
+                    self._queues[share.worker].append(share)
+        return [queue.popleft() for queue in self._queues]
 
 
 def _single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:
@@ -509,6 +554,7 @@ class _Committing(BatchIterator):
         super().__init__(loader)
         self._dataset = dataset
         self._channel: transfer.Channel | None = None
+        self._shares: Shares | None = None
 
     def _first(self) -> None:
         self._loader.begin_iteration(stacklevel=6)
@@ -517,6 +563,7 @@ class _Committing(BatchIterator):
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
         self._batches, self._channel, self.inner = self._loader.start(self)
+        self._shares = Shares(self._batches, workers=self._loader.num_workers)
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
             self,
@@ -542,7 +589,7 @@ class _Committing(BatchIterator):
             # drawn, so a batch that fails part way (or that drop_last drops) must put it back
             before = self._dataset.mark() if self.inner is not None else None
             try:
-                drawn = self._loader.gather(self._batches)
+                drawn = self._loader.gather(self._shares)
             except StopIteration:
                 if not self._dataset.endless:
                     raise

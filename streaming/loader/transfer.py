@@ -38,7 +38,7 @@ import numpy as np
 
 from .. import _compat
 
-__all__ = ["Channel", "Parcel", "Ring", "available", "receive", "release", "restart", "send"]
+__all__ = ["Channel", "Parcel", "Ring", "available", "done", "receive", "release", "restart", "send", "views"]
 
 _ALIGN = 64
 """Bytes each array's offset is rounded up to; also the size of the segment's header."""
@@ -212,22 +212,40 @@ dropped iterator's finalizer may release its channel from inside ``receive`` (ga
 collection runs in whatever thread allocates), so the lock is re-entrant."""
 
 
+def _mapped(parcel: Parcel) -> shared_memory.SharedMemory:
+    """The trainer's mapping of the parcel's segment (mapped, then unlinked, on first use)."""
+    memory = _ATTACHED.get(parcel.segment)
+    if memory is None:
+        memory = shared_memory.SharedMemory(name=parcel.segment)
+        memory.unlink()  # the mapping stays; no name is left behind in /dev/shm
+        _ATTACHED[parcel.segment] = memory
+    return memory
+
+
 def receive(parcel: Parcel) -> dict[str, np.ndarray]:
     """In the trainer: fresh copies of the parcel's arrays; then its slot is free again."""
     with _LOCK:
-        memory = _ATTACHED.get(parcel.segment)
-        if memory is None:
-            memory = shared_memory.SharedMemory(name=parcel.segment)
-            memory.unlink()  # the mapping stays; no name is left behind in /dev/shm
-            _ATTACHED[parcel.segment] = memory
-        result = {
-            name: np.ndarray(shape, np.dtype(dtype), buffer=memory.buf, offset=offset).copy()
-            for name, dtype, shape, offset in parcel.fields
-        }
-        copied = _counter(memory)
+        result = {name: view.copy() for name, view in views(parcel).items()}
+        done(parcel)
+        return result
+
+
+def views(parcel: Parcel) -> dict[str, np.ndarray]:
+    """In the trainer: the parcel's arrays where they lie, in its slot. Copy what you need
+    out of them and drop them before ``done(parcel)``: the worker then reuses the slot."""
+    memory = _mapped(parcel)
+    return {
+        name: np.ndarray(shape, np.dtype(dtype), buffer=memory.buf, offset=offset)
+        for name, dtype, shape, offset in parcel.fields
+    }
+
+
+def done(parcel: Parcel) -> None:
+    """In the trainer: the parcel's arrays were copied out; its slot is free again."""
+    with _LOCK:
+        copied = _counter(_mapped(parcel))
         copied[0] = max(int(copied[0]), parcel.sequence + 1)
         del copied  # no view may outlive the mapping
-        return result
 
 
 def release(channel: Channel, *, num_workers: int) -> None:

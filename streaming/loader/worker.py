@@ -14,7 +14,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,7 +23,6 @@ from ..core.progress import WorkerReport
 from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
-    from ..dataset.host import DatasetHost
     from ..dataset.striped import Slice
 
 __all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
@@ -59,6 +58,11 @@ class WorkerBatch:
         """Samples in this share."""
         return len(self.slots)
 
+    @property
+    def worker(self) -> int:
+        """The worker that sent this share (0 in the trainer's own process)."""
+        return 0 if self.report is None else self.report.worker
+
     def unwrap(self) -> Any:
         """The share as the trainer receives it."""
         if self.notice is not None:
@@ -74,6 +78,21 @@ class WorkerBatch:
             arrays = transfer.receive(self.parcel)
             batch = {key: arrays.get(key, value) for key, value in batch.items()}
         return to_tensors(batch)
+
+    def columns(self) -> dict[str, Any]:
+        """A ``numpy`` share's columns as they arrived: numeric ones as numpy arrays, those
+        in a shared-memory slot as views of it (copy them, then call ``done``)."""
+        if self.notice is not None:
+            seeding.warn(self.notice)
+        if self.parcel is None:
+            return dict(self.batch)
+        arrays = transfer.views(self.parcel)
+        return {key: arrays.get(key, value) for key, value in self.batch.items()}
+
+    def done(self) -> None:
+        """The columns of ``columns()`` were copied out: the worker may reuse their slot."""
+        if self.parcel is not None:
+            transfer.done(self.parcel)
 
     def pin_memory(self, device: str | None = None) -> WorkerBatch:
         """Pin the share (called by the DataLoader's pin-memory thread); ``assembly``
@@ -114,13 +133,17 @@ class ReportingCollate:
             state["collate"] = None
         return state
 
-    def __call__(self, item: Slice) -> WorkerBatch:
+    def __call__(self, bundle: list[Slice]) -> list[WorkerBatch]:
+        """The shares of one message: a worker's slices of one or more batches, each
+        with the report taken as it ended (``None`` in the trainer's own process, whose
+        cursor is already the committed one)."""
         from torch.utils.data import get_worker_info
 
         worker = get_worker_info()
-        # In the trainer's own process (num_workers=0) the dataset's cursor is
-        # already the committed one; only worker processes send reports.
-        report = None if worker is None else cast("DatasetHost", worker.dataset).worker_report()
+        return [self._share(item, worker) for item in bundle]
+
+    def _share(self, item: Slice, worker: Any) -> WorkerBatch:
+        report = item.report
         if item.first and worker is not None and self.channel is not None:
             transfer.restart(self.channel, worker.id)  # a persistent worker's new iterator
         share = functools.partial(WorkerBatch, slots=item.slots, size=item.size)

@@ -17,7 +17,7 @@ from torch.utils.data import default_collate
 from .. import _compat
 from ..core.lifecycle import Guarded
 from ..loader import transfer
-from ..loader.loader import BatchIterator, StreamingDataLoader
+from ..loader.loader import BatchIterator, Shares, StreamingDataLoader
 from ..loader.worker import ReportingCollate
 from .mixture import StreamingMixture
 
@@ -112,12 +112,14 @@ class _MixtureBatches(BatchIterator):
         super().__init__(loader)
         self._mixture = mixture
         self._workers = loader.num_workers
+        self._shares: Shares | None = None
 
     def _first(self) -> None:
         """Start the DataLoader's batches (its workers) at the committed position."""
         self._loader.begin_iteration(stacklevel=6)
         batches, channel, self.inner = self._loader.start(self)
         self._batches = batches
+        self._shares = Shares(batches, workers=self._workers)
         keep = self._loader.persistent_workers
         self._finalizer = weakref.finalize(
             self, _release, batches, channel, num_workers=self._workers, keep=keep
@@ -125,7 +127,7 @@ class _MixtureBatches(BatchIterator):
 
     def _draw(self) -> Any:
         while True:
-            drawn = self._loader.gather(self._batches)
+            drawn = self._loader.gather(self._shares)
             if drawn is not None:
                 return drawn
 

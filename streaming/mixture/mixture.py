@@ -17,7 +17,7 @@ from ..core import stats
 from ..core.lifecycle import Guarded, Lifecycle, Samples
 from ..core.options import as_epoch
 from ..core.progress import SplitProgress, WorkerReport
-from ..dataset import watchdog
+from ..dataset import striped, watchdog
 from ..dataset.board import Board
 from ..dataset.dataset import StreamingDataset
 from ..dataset.striped import Slice
@@ -239,6 +239,12 @@ class StreamingMixture(IterableDataset[Any]):
         if begin:
             self.supersede("iter(mixture)")
         stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
+        if self._loader_columnar is not None:
+            stream = (
+                striped.bundles(stream, report=self.worker_report, row_bytes=self._row_bytes)
+                if info is not None
+                else ([piece] for piece in stream)
+            )
         iterator = Samples(stream, "iter(mixture)")
         self._lifecycle.live.hold(iterator)
         return iterator
@@ -356,6 +362,12 @@ class StreamingMixture(IterableDataset[Any]):
     def commit_counters(self, report: WorkerReport) -> None:
         """Keep a worker's latest counters (package-internal: its share was delivered)."""
         self._worker_counters[(report.pid, report.worker)] = report.counters
+
+    def _row_bytes(self) -> float:
+        """Bytes read per row so far by this process's sources (0 before the first read)."""
+        rows = sum(data.counters.rows_read for data in self._sources.values())
+        read = sum(data.counters.bytes_read for data in self._sources.values())
+        return read / rows if rows else 0.0
 
     def stats(self) -> dict[str, float]:
         """Read counters of this rank, summed over its sources and the DataLoader workers
