@@ -1,8 +1,9 @@
 """The local cache of remote tables (``cache_dir=``), against moto's S3 server in a process
 of its own behind the benchmarks' relay, which logs every request it passes on.
 
-A fill is one whole-file GET (no ``Range`` header) of a data or deletion file, so the
-relay's log counts the downloads of every cache entry exactly. Runs that must be
+A fill is one GET of a whole data or deletion file with the user agent
+``lance-streaming-cache``, so the relay's log counts the downloads of every cache
+entry exactly. Runs that must be
 separate processes (gloo ranks and their workers, a run SIGKILLed mid-fill, a run
 whose disk is full) are ``tests/cache_run.py``.
 """
@@ -26,10 +27,11 @@ import pytest
 
 from benchmarks.s3 import BUCKET, Store, running_store
 from benchmarks.tables import wide_chunk
-from streaming import CacheWarning, StreamingDataLoader, StreamingDataset
+from streaming import StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
 from streaming.core.cachesettings import CACHE_DIR_ENV, CACHE_LIMIT_ENV, CacheSettings, cache_settings
 from streaming.read import diskcache
+from streaming.read.cached import FILL_USER_AGENT
 
 from helpers import json_roundtrip
 
@@ -104,16 +106,17 @@ class Requests:
         self.log = log
         self.start = log.stat().st_size if log.exists() else 0
 
-    def lines(self) -> list[tuple[str, str, str]]:
+    def lines(self) -> list[list[str]]:
+        """(method, path, user agent, range) of every request."""
         with self.log.open() as file:
             file.seek(self.start)
-            return [tuple([*line.rstrip("\n").split(" ", 2), "", ""][:3]) for line in file]  # type: ignore[misc]
+            return [[*line.rstrip("\n").split(" ", 3), "", ""][:4] for line in file]
 
     def downloads(self) -> Counter[str]:
-        """Whole-file GETs (fills) by table-relative path."""
+        """The fills' GETs, by table-relative path."""
         found: Counter[str] = Counter()
-        for method, path, ranged in self.lines():
-            if method == "GET" and not ranged and ("/data/" in path or "/_deletions/" in path):
+        for method, path, agent, _ in self.lines():
+            if method == "GET" and agent == FILL_USER_AGENT:
                 found[path.split(".lance/", 1)[1]] += 1
         return found
 
@@ -281,3 +284,121 @@ def test_the_command_line_shows_and_clears_the_cache(store, table, tmp_path, cap
     assert epoch_ids(data, 1) == epoch_ids(build(table, store), 1)  # refills, reads right
     assert cli(["cache", str(tmp_path / "nothing")]) == 1
     assert "no cache at" in capsys.readouterr().err
+
+
+# -- several processes ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def planned(table: str, store: Store, epochs: int) -> dict[int, list[int]]:
+    plain = build(table, store)
+    return {epoch: sorted(epoch_ids(plain, epoch)) for epoch in range(epochs)}
+
+
+def test_two_ranks_of_two_workers_fill_one_cache_downloading_each_file_once(
+    store, table, relay_log, tmp_path
+):
+    """Six processes on one machine share the cache: every file is downloaded once, every
+    epoch delivers every planned row once, and the second epoch reads from the cache."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    requests = Requests(relay_log)
+    port = free_port()
+    ranks = [
+        spawn_run(
+            table,
+            store,
+            out,
+            f"--cache-dir={cache}",
+            "--epochs=2",
+            "--workers=2",
+            f"--rank={rank}",
+            "--world-size=2",
+            f"--port={port}",
+        )
+        for rank in range(2)
+    ]
+    for rank in ranks:
+        finish(rank)
+    ids, stats = logged(out)
+    assert {epoch: sorted(found) for epoch, found in ids.items()} == planned(table, store, 2)
+    files = table_files(table, store)
+    assert requests.downloads() == Counter(dict.fromkeys(files, 1))
+    assert sum(record["stats"]["rows_cached"] for record in stats if record["epoch"] == 1) > 0
+    assert diskcache.usage(str(cache))["entries"] == len(files)
+
+
+def test_a_run_killed_mid_fill_leaves_nothing_a_later_run_reads_as_valid(store, table, tmp_path):
+    """SIGKILL while downloads are in flight (the relay holds each request 1.5 s), then a
+    run that reads the right rows, finishes the epoch exactly and fills the cache whole."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    store.set_delay(1500)
+    killed = spawn_run(table, store, out, f"--cache-dir={cache}")
+    try:
+        deadline = time.monotonic() + 120
+        while not any((cache / "tmp").glob("*")) if (cache / "tmp").exists() else True:
+            assert killed.poll() is None and time.monotonic() < deadline, "no fill started"
+            time.sleep(0.02)
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.wait()
+    finally:
+        store.set_delay(0)
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait()
+    assert any((cache / "tmp").iterdir()), "the killed fill left its temporary file"
+    files = table_files(table, store)
+    for path in (cache / "store").rglob("*"):
+        if path.is_file():  # only complete entries were ever renamed into the store
+            relative = str(path.relative_to(next((cache / "store").iterdir())))
+            assert files[relative] in (None, path.stat().st_size)
+    reference = epoch_ids(build(table, store), 0)
+    again = build(table, store, cache_dir=cache)
+    assert epoch_ids(again, 0) == reference
+    wait_filled(cache, files)
+    assert not any((cache / "tmp").iterdir()), "the dead run's temporary file was removed"
+    for relative, size in files.items():
+        if size is not None:
+            assert (next((cache / "store").iterdir()) / relative).stat().st_size == size
+    assert epoch_ids(again, 1) == epoch_ids(build(table, store), 1)
+    assert again.stats()["rows_cached"] > 0
+
+
+def test_a_limit_smaller_than_the_table_evicts_and_delivers_every_sample_once(
+    store, table, relay_log, tmp_path
+):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    files = table_files(table, store)
+    largest = max(size for size in files.values() if size is not None)
+    limit = 3 * largest  # three of the eight data files
+    requests = Requests(relay_log)
+    finish(
+        spawn_run(
+            table, store, out, f"--cache-dir={cache}", f"--cache-limit={limit}", "--epochs=3", "--workers=2"
+        )
+    )
+    ids, stats = logged(out)
+    assert {epoch: sorted(found) for epoch, found in ids.items()} == planned(table, store, 3)
+    assert all(len(found) == len(set(found)) for found in ids.values())
+    listing = diskcache.usage(str(cache))
+    assert 0 < listing["bytes"] <= limit and listing["entries"] < len(files)
+    assert sum(requests.downloads().values()) > listing["entries"], "entries were evicted and filled again"
+    assert sum(record["stats"]["rows_cached"] for record in stats) > 0
+
+
+def test_a_full_disk_reads_the_bucket_with_one_warning(store, table, tmp_path):
+    """No file of the cache's disk may grow past 64 KiB (RLIMIT_FSIZE: writes fail with
+    EFBIG), so every fill fails: the run warns once and delivers every row exactly."""
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    output = finish(
+        spawn_run(table, store, out, f"--cache-dir={cache}", "--epochs=2", f"--file-size-limit={64 << 10}")
+    )
+    ids, _ = logged(out)
+    assert ids == {epoch: epoch_ids(build(table, store), epoch) for epoch in range(2)}
+    assert output.count("CacheWarning") == 1, output
+    assert "stopped filling" in output
+    assert diskcache.usage(str(cache))["entries"] == 0

@@ -41,6 +41,8 @@ __all__ = ["CachedTable", "cacheable", "reading"]
 _LOG = logging.getLogger("streaming")
 FILL_THREADS = 4
 """Downloads one process runs at once."""
+FILL_USER_AGENT = "lance-streaming-cache"
+"""The HTTP user agent of fills, so a store's access log tells them from reads."""
 RETRY_SECONDS = 2.0
 """How soon a process asks again for a fragment it could not fill (another process
 was filling it, or it did not fit)."""
@@ -263,7 +265,8 @@ class CachedTable:
                 if self._session is None:
                     from lance.lance import LanceFileSession
 
-                    self._session = LanceFileSession(self.uri, storage_options=self._options)
+                    options = {**(self._options or {}), "user_agent": FILL_USER_AGENT}
+                    self._session = LanceFileSession(self.uri, storage_options=options)
                 session = self._session
             session.download_file(entry.relpath, path)
 

@@ -9,7 +9,7 @@ named as the table names it), kept under the table's digest::
       tables/TABLE/table.json        the table's URI (without credentials)
       tables/TABLE/vVERSION.json     the files of one version (for ``usage``)
       claims/TABLE/KIND~NAME.lock    flock: the one process filling the entry
-      tmp/TABLE~KIND~NAME~TOKEN      a fill in progress (never read)
+      tmp/TABLE~KIND~NAME~SIZE~TOKEN a fill in progress (never read), SIZE bytes reserved
       pins/TOKEN.lock                flock held for the life of a process
       pins/TOKEN/TABLE/KIND/NAME     hard links: entries the process is reading
       evict.lock                     flock: one eviction at a time
@@ -200,8 +200,11 @@ class DiskCache:
         """Make ``entry`` present, downloading it with ``download(path)`` at most once
         over every process of the machine.
 
-        Returns True when the entry is present afterwards; False when another
-        process is filling it right now, or it does not fit the limit or the disk.
+        Room is made (and reserved, so processes filling at once never overrun the
+        limit together) before the download; the entry goes into the store only if
+        its real size still fits. Returns True when the entry is present afterwards;
+        False when another process is filling it right now, or it does not fit the
+        limit or the disk.
 
         Raises:
             OSError: the cache's disk failed (full, read-only); nothing partial is left.
@@ -214,48 +217,59 @@ class DiskCache:
                 return False
             if self.present(entry):
                 return True  # filled by the process that held the claim before
-            if not self.make_room(entry.size or 0):
-                return False
-            self._download(entry, download)
-            return True
+            reserved = entry.size or 0
+            temp = self._path("tmp", f"{entry.table}~{entry.flat}~{reserved}~{self.token}")
+            with _locked(self._path("evict.lock")):
+                if not self._make_room(reserved, own=temp):
+                    return False
+                os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            try:
+                return self._download(entry, temp, download)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
 
-    def _download(self, entry: Entry, download: Callable[[str], None]) -> None:
-        temp = self._path("tmp", f"{entry.table}~{entry.flat}~{self.token}")
-        os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-        try:
-            download(temp)
-            size = os.path.getsize(temp)
-            if entry.size is not None and size != entry.size:
-                raise OSError(f"{entry.relpath} came with {size} bytes, the manifest says {entry.size}")
-            with open(temp, "rb+") as file:
-                os.fsync(file.fileno())
-            final = self.stored(entry)
-            _make_dir(os.path.dirname(final))
+    def _download(self, entry: Entry, temp: str, download: Callable[[str], None]) -> bool:
+        """Download into ``temp`` and rename it into the store if it still fits."""
+        download(temp)
+        size = os.path.getsize(temp)
+        if entry.size is not None and size != entry.size:
+            raise OSError(f"{entry.relpath} came with {size} bytes, the manifest says {entry.size}")
+        with open(temp, "rb+") as file:
+            os.fsync(file.fileno())
+        final = self.stored(entry)
+        _make_dir(os.path.dirname(final))
+        with _locked(self._path("evict.lock")):
+            if not self._make_room(size, own=temp):
+                return False
             os.rename(temp, final)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            raise
+        return True
 
     def make_room(self, size: int) -> bool:
         """Evict entries no process holds, least recently used first, until ``size`` more
         bytes fit the limit and the disk's free space; False when they cannot."""
+        with _locked(self._path("evict.lock")):
+            return self._make_room(size, own=None)
+
+    def _make_room(self, size: int, *, own: str | None) -> bool:
+        """``make_room`` with the eviction lock held; ``own``: this fill's reservation."""
         if self.limit is not None and size > self.limit:
             return False
-        with _locked(self._path("evict.lock")):
-            entries = _scan(self._path("store"))
-            if self._fits(entries, size):
+        entries = _scan(self._path("store"))
+        reserved = _reserved(self._path("tmp"), own)
+        if self._fits(entries, size + reserved):
+            return True
+        reap_dead(self.root)
+        entries = sorted(_scan(self._path("store")), key=lambda found: found.mtime)
+        reserved = _reserved(self._path("tmp"), own)
+        for found in list(entries):
+            if self._fits(entries, size + reserved):
                 return True
-            reap_dead(self.root)
-            entries = sorted(_scan(self._path("store")), key=lambda found: found.mtime)
-            for found in list(entries):
-                if self._fits(entries, size):
-                    return True
-                if found.links == 1:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(found.path)
-                    entries.remove(found)
-            return self._fits(entries, size)
+            if found.links == 1:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(found.path)
+                entries.remove(found)
+        return self._fits(entries, size + reserved)
 
     def _fits(self, entries: list[_Found], size: int) -> bool:
         used = sum(found.size for found in entries)
@@ -297,6 +311,16 @@ def _scan(store: str) -> list[_Found]:
                     status = os.stat(path)
                     found.append(_Found(path, status.st_size, status.st_mtime, status.st_nlink))
     return found
+
+
+def _reserved(temps: str, own: str | None) -> int:
+    """Bytes that fills in progress (other than ``own``) have reserved."""
+    total = 0
+    for name in _listdir(temps):
+        if own is None or os.path.join(temps, name) != own:
+            with contextlib.suppress(ValueError, IndexError):
+                total += int(name.rsplit("~", 2)[-2])
+    return total
 
 
 def _listdir(folder: str) -> list[str]:
