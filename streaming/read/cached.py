@@ -39,7 +39,7 @@ from .diskcache import DiskCache, Entry, table_key
 __all__ = ["CachedTable", "cacheable", "reading"]
 
 _LOG = logging.getLogger("streaming")
-FILL_THREADS = 4
+FILL_THREADS = 8
 """Downloads one process runs at once."""
 FILL_USER_AGENT = "lance-streaming-cache"
 """The HTTP user agent of fills, so a store's access log tells them from reads."""
