@@ -128,7 +128,9 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     cache = (
         None
         if args.no_cache
-        else remote_cache.run(argparse.Namespace(delay=args.delays[-1]), folder, store, tables)
+        else remote_cache.run(
+            argparse.Namespace(delay=args.delays[-1], repeats=args.repeats), folder, store, tables
+        )
     )
     setting = (f"{args.delays[-1]:g} ms", args.rows[-1])
     store.set_delay(args.delays[-1])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,25 +88,44 @@ def _run(where: Where, cache_dir: str | None, store: Store | None, epochs: int) 
     return result
 
 
-def measure(local: Where, remote: Where, store: Store, folder: str, rows: int) -> dict[str, Any]:
-    """Every run of one table size."""
-    cache = os.path.join(folder, f"cache{rows}")
-    found = {
-        "remote": _run(remote, None, store, 2),
-        "cache": _run(remote, cache, store, 2),
-        "warm": _run(remote, cache, store, 1),
-        "local": _run(local, None, None, 2),
+def measure(
+    local: Where, remote: Where, store: Store, folder: str, rows: int, repeats: int
+) -> dict[str, Any]:
+    """Every run of one table size, ``repeats`` times (each cached run starts empty); per
+    run and epoch the median rows/s and requests over the repeats."""
+    runs: dict[str, list[list[dict[str, Any]]]] = {key: [] for key, _ in RUNS}
+    for repeat in range(repeats):
+        cache = os.path.join(folder, f"cache{rows}-{repeat}")
+        runs["remote"].append(_run(remote, None, store, 2))
+        runs["cache"].append(_run(remote, cache, store, 2))
+        runs["warm"].append(_run(remote, cache, store, 1))
+        runs["local"].append(_run(local, None, None, 2))
+        shutil.rmtree(cache, ignore_errors=True)
+        for key, found in runs.items():
+            print(f"  {rows} {key}: {found[-1]}", file=sys.stderr, flush=True)
+    return {
+        key: [_median([run[epoch] for run in found]) for epoch in range(len(found[0]))]
+        for key, found in runs.items()
     }
-    for key, epochs in found.items():
-        print(f"  {rows} {key}: {epochs}", file=sys.stderr, flush=True)
-    return found
 
 
 def _rate(epoch: dict[str, Any]) -> float:
     return float(epoch["rows"] / epoch["seconds"]) if epoch["seconds"] else 0.0
 
 
-def render(measured: dict[int, dict[str, Any]], delay: float) -> str:
+def _median(epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One epoch's figures over the repeats: the median rate (as rows over seconds) and
+    the median of each count."""
+    middle = len(epochs) // 2
+    by_rate = sorted(epochs, key=_rate)[middle]
+    return {
+        **by_rate,
+        "requests": sorted(epoch["requests"] for epoch in epochs)[middle],
+        "rows_cached": sorted(epoch["rows_cached"] for epoch in epochs)[middle],
+    }
+
+
+def render(measured: dict[int, dict[str, Any]], delay: float, repeats: int) -> str:
     """The Markdown section."""
     lines = [
         "## Object storage: the local cache",
@@ -115,7 +135,8 @@ def render(measured: dict[int, dict[str, Any]], delay: float) -> str:
         f"tables of 0.5 KiB rows in 16 fragments on moto's S3 server behind a relay adding "
         f"{delay:g} ms to every request. Two epochs in one fresh process; rows/s over each "
         "whole pass (epoch 1 includes construction); requests counted by the relay per epoch "
-        "(epoch 1's include the cache's downloads, one request per file).",
+        "(epoch 1's include the cache's downloads, one request per file). Each figure is the "
+        f"median of {repeats} runs (each cached run starts with an empty cache).",
         "",
         "| rows | run | epoch 1 rows/s | epoch 2 rows/s | epoch 1 requests / 1k rows "
         "| epoch 2 requests / 1k rows | epoch 2 rows from the cache |",
@@ -156,8 +177,11 @@ def _targets(measured: dict[int, dict[str, Any]]) -> list[str]:
 def run(args: argparse.Namespace, folder: str, store: Store, tables: dict[int, tuple[Where, Where]]) -> str:
     """Measure every table of ``tables`` (rows: (local, remote)) and render the section."""
     store.set_delay(args.delay)
-    measured = {rows: measure(local, remote, store, folder, rows) for rows, (local, remote) in tables.items()}
-    return render(measured, args.delay)
+    measured = {
+        rows: measure(local, remote, store, folder, rows, args.repeats)
+        for rows, (local, remote) in tables.items()
+    }
+    return render(measured, args.delay, args.repeats)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delay", type=float, default=25.0, help="ms per request (25)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each, median (3)")
     parser.add_argument(
         "--out", type=Path, default=None, help="Markdown file whose 'remote-cache' section is replaced"
     )
