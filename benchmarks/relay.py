@@ -92,7 +92,8 @@ class Relay:
                     return
                 method, path, headers = _parse_head(head)
                 if self.log is not None and not path.startswith(_CONTROL):
-                    print(method, path, headers.get("range", ""), file=self.log, flush=True)
+                    agent = headers.get("user-agent", "").replace(" ", "_")
+                    print(method, path, agent, headers.get("range", ""), file=self.log, flush=True)
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if path.startswith(_CONTROL):
                     status, reply_headers, reply = self._control(method, path)

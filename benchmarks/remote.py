@@ -9,8 +9,10 @@ contender over one whole pass (construction and first read included) in a fresh
 process: locally and through the relay at each delay. The relay counts requests,
 bytes and requests in flight. Then the frontier: ours at each (block_rows,
 shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay, on the
-largest table. Mixing comes from ``benchmarks.remote_mixing`` (local label-sorted
-tables). The section ``remote`` of ``--out`` is replaced.
+largest table. Then the local cache (``benchmarks.remote_cache``: two epochs with and
+without ``cache_dir``, section ``remote-cache``) at the last delay. Mixing comes
+from ``benchmarks.remote_mixing`` (local label-sorted tables). The section
+``remote`` of ``--out`` is replaced.
 
 The default sizes are the issue's table (200,000 rows, smaller than the remote
 profile's shuffle buffer, so one window holds all of it) and one five times as
@@ -29,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import remote_cache, sections
 from . import remote_mixing as mixing
-from . import sections
 from .remote_contenders import FIXED, TABLE, Where
 from .remote_report import render
 from .s3 import BUCKET, Store, running_store
@@ -119,9 +121,17 @@ def _contenders(
 def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     """Every measurement of the benchmark, as plain data for the report."""
     results: list[Result] = []
+    tables = {}
     for rows in args.rows:
-        local, remote = _tables(folder, store, rows)
+        local, remote = tables[rows] = _tables(folder, store, rows)
         results += _contenders(args, store, rows, local, remote)
+    cache = (
+        None
+        if args.no_cache
+        else remote_cache.run(
+            argparse.Namespace(delay=args.delays[-1], repeats=args.repeats), folder, store, tables
+        )
+    )
     setting = (f"{args.delays[-1]:g} ms", args.rows[-1])
     store.set_delay(args.delays[-1])
     frontier = [
@@ -131,7 +141,7 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     ]
     tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
     mixes = _mixing(tables, args)
-    return {"results": results, "frontier": frontier, "mixing": mixes}
+    return {"results": results, "frontier": frontier, "mixing": mixes, "cache": cache}
 
 
 def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, dict[str, float]]:
@@ -181,6 +191,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out", type=Path, default=None, help="Markdown file whose 'remote' section is replaced"
     )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="skip the local cache's runs (benchmarks.remote_cache)"
+    )
     return parser.parse_args(argv)
 
 
@@ -191,6 +204,8 @@ def main(argv: list[str] | None = None) -> None:
         found = run(args, folder, store)
     text = render(found, args)
     sections.publish(text, name="remote", out=args.out)
+    if found["cache"] is not None:
+        sections.publish(found["cache"], name="remote-cache", out=args.out)
     if args.raw is not None:
         plain = {**found, "results": [asdict(r) for r in found["results"]]}
         plain["frontier"] = [asdict(r) for r in found["frontier"]]

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
+        CacheWarning,
         EpochCompleteWarning,
         PackingEstimateWarning,
         SeededTransformWarning,
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from .mixture.mixture import StreamingMixture
 
 __all__ = [
+    "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
     "SeededTransformWarning",
@@ -49,6 +51,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",
     "SeededTransformWarning": ".errors",

@@ -23,6 +23,7 @@ time (each message says what to do instead).
 from __future__ import annotations
 
 __all__ = [
+    "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
     "SeededTransformWarning",
@@ -49,6 +50,12 @@ class TransformContractError(ValueError):
 
 class StreamingWarning(UserWarning):
     """Base class of every warning lance-streaming emits."""
+
+
+class CacheWarning(StreamingWarning):
+    """The local cache of a remote table could not be used (a full disk, a folder that
+    cannot be written); this process reads from object storage instead, exactly as
+    without the cache. Warned once per process and table."""
 
 
 class EpochCompleteWarning(StreamingWarning):

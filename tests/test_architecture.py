@@ -202,6 +202,11 @@ PRIVATE_READS_ALLOWED = {
     ("loader/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
     ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
     ("read/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
+    (
+        "read/cached.py",
+        "handle._ds",
+    ): "pylance's; the pinned version's manifest bytes, which lance.LanceDataset(serialized_manifest=) "
+    "takes back (pylance's own pickling reads them the same way)",
 }
 """Reads of a private attribute of something other than ``self``/``cls``, with why."""
 

@@ -1,4 +1,4 @@
-"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan`` and ``bench``.
+"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan``, ``cache`` and ``bench``.
 
 Run it as ``lance-streaming COMMAND`` or ``python -m streaming COMMAND``. A failure
 prints one line on stderr and exits with 1; a usage error exits with 2.
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import FAILURES, one_line
+from .cache import run as run_cache
 from .inspect import run as run_inspect
 from .merge import run as run_merge
 from .plan import run as run_plan
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_inspect(commands)
     _add_merge(commands)
     _add_plan(commands)
+    _add_cache(commands)
     bench = commands.add_parser(
         "bench",
         add_help=False,
@@ -119,6 +121,21 @@ def _add_plan(commands: Any) -> None:
     _add_storage_option(plan)
     plan.add_argument("--all", action="store_true", help="list every split and rank, however many")
     plan.set_defaults(run=run_plan)
+
+
+def _add_cache(commands: Any) -> None:
+    cache = commands.add_parser(
+        "cache",
+        help="size, entries, tables and versions of the local cache of remote tables; --clear empties it",
+    )
+    cache.add_argument(
+        "directory", nargs="?", metavar="DIR", help="the cache_dir (default: $LANCE_STREAMING_CACHE_DIR)"
+    )
+    cache.add_argument(
+        "--clear", action="store_true", help="remove every entry no running process is reading"
+    )
+    cache.add_argument("--json", action="store_true", help="print the listing as JSON")
+    cache.set_defaults(run=run_cache)
 
 
 # -- entry point -----------------------------------------------------------------

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .cachesettings import CacheSettings
 from .checks import (
     Field,
     either,
@@ -208,6 +209,8 @@ class Options:
     """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
     profile_plan: bool = False
     """True when neither ``block_rows`` nor ``shuffle_buffer_size`` was given."""
+    cache: CacheSettings | None = None
+    """The local cache for a remote table (``cache_dir``, ``cache_limit``); never order-defining."""
 
     @property
     def io_threads(self) -> int:

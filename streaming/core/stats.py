@@ -21,6 +21,7 @@ FIELDS = (
     "convert_seconds",
     "windows_read",
     "rows_dropped",
+    "rows_cached",
     *GAUGES,
 )
 
@@ -38,6 +39,7 @@ class Counters:
     convert_seconds: float = 0.0
     windows_read: int = 0
     rows_dropped: int = 0
+    rows_cached: int = 0
     _gauges: Gauges | None = field(default=None, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
@@ -51,6 +53,7 @@ class Counters:
         convert: float = 0.0,
         windows: int = 0,
         dropped: int = 0,
+        cached: int = 0,
     ) -> None:
         """Add to the totals (called from the read and transform threads)."""
         with self._lock:
@@ -61,6 +64,7 @@ class Counters:
             self.convert_seconds += convert
             self.windows_read += windows
             self.rows_dropped += dropped
+            self.rows_cached += cached
 
     def watch(self, gauges: Gauges | None) -> None:
         """Read the gauges from ``gauges`` (the running iterator's); ``None``: all zero."""

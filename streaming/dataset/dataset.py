@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .. import _compat
 from ..core import stats
+from ..core.cachesettings import cache_settings
 from ..core.lifecycle import Guarded, Samples
 from ..core.options import (
     DEFAULT_IO_QUEUE_DEPTH,
@@ -175,6 +176,17 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             (broadcast; several ranks need a process group). The state records the
             version each epoch reads, so a resume is exact; ``load_state_dict`` pins
             the checkpoint's version until the next epoch.
+        cache_dir: Keep what is read of a table on object storage in this folder on
+            a local disk, so later epochs, resumes and other runs on the machine
+            read the same snapshot locally (see docs/object-storage.md, "Local
+            cache"). Shared by every process of the machine; created owner-only.
+            ``None``: the ``LANCE_STREAMING_CACHE_DIR`` environment variable, else
+            no cache. Never changes samples, order or states; ignored for local
+            tables.
+        cache_limit: The most bytes the cache may hold (an integer, or a string
+            such as ``"200GiB"``); least recently used files no process is reading
+            are removed to make room. ``None``: ``LANCE_STREAMING_CACHE_LIMIT``,
+            else as much as the disk has free (keeping 5%, at most 1 GiB, free).
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
@@ -218,6 +230,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         endless: bool = False,
         transform_rng: bool = False,
         follow_latest: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         torchrun.check_torchrun_store()
         shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
@@ -240,6 +254,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             shuffle_buffer_size=shuffle_buffer_size,
         )
         block_rows, shuffle_buffer_size = profile.block_rows, profile.shuffle_buffer_size
+        cache = cache_settings(cache_dir, cache_limit)
         settings = dict(locals())
         values = {name: settings[name] for name in Options.__dataclass_fields__}
         values["num_splits"] = world_size if num_splits is None else num_splits

@@ -11,10 +11,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..core.cachesettings import CacheSettings
 from ..core.plan import EpochPlan
 from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
-from . import source
+from . import cached, source
 from .rows import Rows
 from .transformed import OnError, Seeds, TransformedRows, Transformer
 
@@ -41,6 +42,7 @@ class WindowSource:
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
     take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
+    cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -74,7 +76,7 @@ class WindowSource:
             request = self.plan.window_read(requests)
             dataset = source.open_snapshot(self.snapshot)
             table = source.read_rows(
-                dataset,
+                cached.reading(self.snapshot, dataset, self.cache, self.counters),
                 request.pieces,
                 columns=self.columns,
                 filter_index=self.filter_index,

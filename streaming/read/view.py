@@ -115,6 +115,7 @@ class TableView:
             transform_depth=options.transform_depth,
             transform_rng=options.transform_rng,
             take_rows=options.profile.take_rows,
+            cache=options.cache,
         )
 
     def stream(
