@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NAMES = ("packing", "transfer", "transforms", "soak", "mixtures", "filterplan", "workerpath", "remote")
+NAMES = (
+    "packing",
+    "transfer",
+    "transforms",
+    "soak",
+    "mixtures",
+    "filterplan",
+    "workerpath",
+    "remote",
+    "gpu",
+)
 """Sections other commands write, in the order they follow the main document."""
 
 
