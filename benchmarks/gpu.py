@@ -309,7 +309,10 @@ def _device_words(device: torch.device) -> str:
 
 def _busy_words(device: torch.device) -> str:
     if device.type == "cuda":
-        return f"the GPU time of the steps (CUDA events; at most {IN_FLIGHT} steps queued ahead)"
+        return (
+            "the GPU time from each step's start to its end (CUDA events: gaps between a step's kernels "
+            f"count, waits between steps do not; at most {IN_FLIGHT} steps queued ahead)"
+        )
     return "the wall time of the steps (on the same cores as the transform threads and workers)"
 
 
