@@ -354,8 +354,10 @@ def report(
     ]
     if device.type != "cuda":
         lines.append(
-            "- Measured without a GPU, so the step competes with decoding for the same cores. The GPU "
-            "table is to be filled by running the same command on a machine with CUDA."
+            "- Measured without a GPU: the step competes with the decoding for the same cores, so this "
+            "table says little about how well the loader feeds a GPU. The GPU table is still to be "
+            "filled: `python -m benchmarks.gpu --out docs/benchmarks.md` on a machine with CUDA "
+            "replaces this section."
         )
     return "\n".join(lines)
 
