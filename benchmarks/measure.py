@@ -143,6 +143,24 @@ def tree_cpu_seconds() -> tuple[float, frozenset[int]]:
     return total, frozenset(seen)
 
 
+def unreaped(pids: frozenset[int]) -> list[int]:
+    """The pids among ``pids`` whose process exited but is not reaped yet (state ``Z``).
+
+    A closed loader's workers stay in the tree until their parent (the fork server)
+    reaps them; one reaped during a later steady state makes its CPU reading NaN.
+    """
+    found = []
+    for pid in sorted(pids):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == "Z":
+            found.append(pid)
+    return found
+
+
 def _cpu_between(start: tuple[float, frozenset[int]], stop: tuple[float, frozenset[int]]) -> float:
     """CPU seconds between two ``tree_cpu_seconds`` readings; NaN if a descendant exited."""
     if not start[1] <= stop[1]:

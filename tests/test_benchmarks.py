@@ -115,3 +115,20 @@ def test_mixtures_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     rows = [line for line in text.splitlines() if line.startswith(("| raw", "| one", "| mixture"))]
     assert len(rows) == 8 and all(line.count("x |") == 2 for line in rows), rows
     assert "The mixture runs at" in text and "k=2 gives" in text
+
+
+def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> None:
+    """``--smoke`` on CPU: a training step fed by k=0 and k=2 loaders, one table and a mixture,
+    each with a first batch, a positive rate, a busy fraction and CPU per row."""
+    text, stdout = run_section(tmp_path, "gpu", "--smoke", "--device", "cpu")
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| one", "| mixture"))]
+    configurations = [(cells[0].strip(), cells[1].strip()) for cells in rows]
+    expected = [(source, k) for source in ("one table", "mixture 70/30") for k in ("0", "2")]
+    assert configurations == expected, configurations
+    for cells in rows:
+        first_s, rate, busy, cpu_us = (float(cell.replace(",", "")) for cell in cells[2:6])
+        assert first_s > 0 and rate > 0 and 0 < busy <= 1 and cpu_us > 0, cells
+        assert cells[7].strip() in ("row cap", "time cap"), (
+            f"the steady state must end before the epoch: {cells}"
+        )
+    assert "## GPU-fed training" in stdout and "device CPU" in text
