@@ -110,10 +110,14 @@ def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
 
 
 def test_mixtures_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
-    """Tiny tables, one repeat: every contender measured, both ratios printed."""
+    """Tiny tables, one repeat: every contender measured with its rows read per row
+    delivered; the read and the rate targets judged."""
     text, _ = run_section(tmp_path, "mixtures", "--rows", "4096", "--repeats", "1")
     rows = [line for line in text.splitlines() if line.startswith(("| raw", "| one", "| mixture"))]
-    assert len(rows) == 8 and all(line.count("x |") == 2 for line in rows), rows
+    assert len(rows) == 10 and all(line.count("x |") == 2 for line in rows), rows
+    reads = {line.split("|")[1].strip(): float(line.split("|")[5]) for line in rows}
+    assert all(reads[f"mixture 70/30, k={k}"] < 1.5 for k in (2, 4)), reads  # k-fold reads would be >= 2
+    assert "Rows read per delivered row" in text and "Mixture k=2 against one table k=2" in text
     assert "The mixture runs at" in text and "k=2 gives" in text
 
 
