@@ -118,7 +118,7 @@ class Trial:
                 topology.world_size,
                 topology.workers,
             )
-            self.allowance += replay_bound(self.splits, writer)
+            self.allowance += replay_bound(writer, topology)
         self.topologies.append(topology)
 
     def commands(self, run: int, topology: Topology, resume: Checkpoint | None) -> list[list[str]]:

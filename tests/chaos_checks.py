@@ -64,12 +64,11 @@ def latest_checkpoint(out: Path) -> Checkpoint | None:
     return max(found, key=lambda checkpoint: (checkpoint.step, checkpoint.run), default=None)
 
 
-def replay_bound(splits: int, topology: Topology) -> int:
-    """Samples a resume may deliver again, over all ranks (docs/workers.md, docs/resuming.md)."""
-    workers = max(1, topology.workers)
-    per_worker = splits // topology.world_size // workers
-    incomplete = 0 if topology.batch % per_worker == 0 else workers * (per_worker - 1)
-    return topology.world_size * ((workers - 1) * topology.batch + incomplete)
+def replay_bound(writer: Topology, reader: Topology) -> int:
+    """Samples a resume may deliver again, over all ranks (docs/workers.md): none, but
+    on another world size, where a partial cycle split unevenly gives back at most one
+    sample per new rank but one (any worker counts)."""
+    return 0 if writer.world_size == reader.world_size else reader.world_size - 1
 
 
 def read_logs(out: Path, run: int) -> dict[int, list[dict]]:

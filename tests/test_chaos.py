@@ -86,10 +86,20 @@ def test_the_accounting_catches_a_lost_and_a_duplicated_sample(tmp_path):
 
 
 def test_the_replay_bound_is_the_documented_one():
-    """(w - 1) * b + w * (m - 1) per rank (docs/workers.md); no m term when b is a multiple of m."""
-    assert replay_bound(12, Topology(world_size=2, workers=3, batch=5)) == 2 * (2 * 5 + 3 * 1)
-    assert replay_bound(12, Topology(world_size=3, workers=2, batch=4)) == 3 * (1 * 4)
-    assert replay_bound(6, Topology(world_size=1, workers=0, batch=4)) == 5
+    """Nothing on the same world size, whatever the workers and batch size; on another
+    world size at most one sample per new rank but one (docs/workers.md)."""
+    assert (
+        replay_bound(Topology(world_size=2, workers=3, batch=5), Topology(world_size=2, workers=0, batch=7))
+        == 0
+    )
+    assert (
+        replay_bound(Topology(world_size=2, workers=3, batch=5), Topology(world_size=3, workers=2, batch=4))
+        == 2
+    )
+    assert (
+        replay_bound(Topology(world_size=3, workers=2, batch=4), Topology(world_size=1, workers=0, batch=4))
+        == 0
+    )
 
 
 TRAINER = """

@@ -16,9 +16,9 @@ import lightning
 import pytest
 import torch
 from mixtures import GLOBAL_BATCH, make_tables, mixture
-from test_interop import BATCH, Crash, CrashAfter, dataset, plain_trainer
+from test_interop import BATCH, NUM_SPLITS, Crash, CrashAfter, dataset, plain_trainer
 
-from streaming import StreamingDataLoader
+from streaming import StreamingDataLoader, StreamingDataset
 
 from helpers import ids_of
 
@@ -43,21 +43,24 @@ class Recorder(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=1e-6)
 
 
-def crash_and_resume(make, root: Path, *, save_every: int, crash: int, resume: int, **options):
+def crash_and_resume(make, root: Path, *, save_every: int, crash: int, resume: int, model=None, **options):
     """The batches of an uninterrupted fit, and those of a fit that crashed after step
-    ``crash`` and was resumed in a fresh Trainer from its step-``resume`` checkpoint."""
-    reference = Recorder(make)
+    ``crash`` and was resumed in a fresh Trainer from its step-``resume`` checkpoint
+    (``model(make)`` builds each run's module; default ``Recorder``)."""
+    model = model or Recorder
+    reference = model(make)
     plain_trainer(root / "reference", enable_checkpointing=False, **options).fit(reference)
     every = lightning.pytorch.callbacks.ModelCheckpoint(
         dirpath=root, every_n_train_steps=save_every, save_top_k=-1, filename="{step}"
     )
-    crashed = Recorder(make)
+    crashed = model(make)
     with pytest.raises(Crash):
         plain_trainer(root, callbacks=[every, CrashAfter(crash)], **options).fit(crashed)
-    resumed = Recorder(make)
+    resumed = model(make)
     checkpoint = root / f"step={resume}.ckpt"
     assert checkpoint.is_file(), sorted(path.name for path in root.iterdir())
     plain_trainer(root, enable_checkpointing=False, **options).fit(resumed, ckpt_path=checkpoint)
+    crash_and_resume.last = (reference, resumed)  # the modules, for checks beyond the batches
     return reference.seen, crashed.seen[:resume] + resumed.seen
 
 
@@ -149,3 +152,52 @@ def test_mixture_resume_from_the_last_batch_of_a_limited_epoch(uris, tmp_path):
     assert len(reference) == 12
     assert resumed == reference
     assert all(len(batch) == GLOBAL_BATCH for batch in resumed)
+
+
+class Validating(Recorder):
+    """Recorder plus an ``evaluation=True`` validation loader; records every pass."""
+
+    def __init__(self, make, make_val) -> None:
+        super().__init__(make)
+        self.val_loader = make_val()
+        self.passes: list[list[int]] = []
+
+    def val_dataloader(self) -> StreamingDataLoader:
+        return self.val_loader
+
+    def on_validation_epoch_start(self) -> None:
+        self.passes.append([])
+
+    def validation_step(self, batch, batch_idx):
+        self.passes[-1] += [int(i) for i in batch["id"]]
+
+
+def test_persistent_workers_train_and_validate_then_resume_exactly(uri, tmp_path):
+    """persistent_workers=True on a train loader and an evaluation=True val loader (k=2):
+    a fit validated every 5 steps, crashed after step 9 and resumed from step 7 trains
+    the batches of the uninterrupted fit, every row once per epoch, and every full
+    validation pass sees every row."""
+    make = table_loader(uri, 2, persistent_workers=True)
+
+    def make_val() -> StreamingDataLoader:
+        evaluation = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False, evaluation=True)
+        return StreamingDataLoader(
+            evaluation, batch_size=BATCH, num_workers=2, persistent_workers=True, timeout=120
+        )
+
+    reference, resumed = crash_and_resume(
+        make,
+        tmp_path,
+        save_every=7,
+        crash=9,
+        resume=7,
+        model=lambda make: Validating(make, make_val),
+        max_epochs=2,
+        val_check_interval=5,
+    )
+    assert resumed == reference
+    every_row_once_per_epoch(uri, resumed, epochs=2)
+    every_row = sorted(ids_of(StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False)))
+    for model in crash_and_resume.last:
+        full = [sorted(seen) for seen in model.passes if len(seen) > 2 * BATCH]
+        assert full and all(seen == every_row for seen in full), "a validation pass missed or repeated rows"

@@ -14,6 +14,7 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
+from streaming.dataset import striped
 from streaming.loader import transfer
 from streaming.loader.loader import _PRELOAD
 
@@ -98,7 +99,8 @@ def test_a_ring_of_large_slots_is_capped_but_keeps_two():
 
 
 def test_the_loader_sizes_rings_from_prefetch_factor(uri):
-    for prefetch, slots in ((None, 4), (5, 7)):
+    """prefetch_factor + 2 messages a worker, each of up to BUNDLE_SLICES shares."""
+    for prefetch, slots in ((None, 4 * striped.BUNDLE_SLICES), (5, 7 * striped.BUNDLE_SLICES)):
         iterator = iter(loader(uri, 2, prefetch_factor=prefetch))
         next(iterator)  # an iterator starts its workers (and rings) at its first next()
         assert iterator._channel.slots == slots
@@ -168,10 +170,10 @@ def per_row_collate(rows):
 
 @pytest.mark.parametrize("context", [None, "spawn"])
 def test_batches_held_by_the_trainer_never_change_while_slots_are_reused(uri, context, monkeypatch):
-    """About 120 batches through rings of 3 slots, all kept: each equals the per-row path's."""
+    """About 120 batches through the workers' rings, all kept: each equals the per-row path's."""
     received = []
-    real_receive = transfer.receive
-    monkeypatch.setattr(transfer, "receive", lambda parcel: received.append(parcel) or real_receive(parcel))
+    real_done = transfer.done
+    monkeypatch.setattr(transfer, "done", lambda parcel: received.append(parcel) or real_done(parcel))
     held = list(loader(uri, 2, prefetch_factor=1, multiprocessing_context=context))
     expected = list(loader(uri, 2, collate_fn=per_row_collate, multiprocessing_context=context))
     assert len(held) == len(expected) > 100
@@ -247,16 +249,16 @@ def test_nothing_in_the_preload_list_imports_lance():
 
 def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypatch):
     """If copying a batch out fails (interrupt, no memory), the checkpoint must not count it."""
-    real_receive = transfer.receive
+    real_views = transfer.views
     received = []
 
     def failing(parcel):
         if len(received) == 7:  # the second share of the fourth batch (each batch: one share per worker)
             raise KeyboardInterrupt
         received.append(parcel)
-        return real_receive(parcel)
+        return real_views(parcel)
 
-    monkeypatch.setattr(transfer, "receive", failing)
+    monkeypatch.setattr(transfer, "views", failing)
     first = loader(uri, 2, batch_size=4)
     iterator = iter(first)
     delivered = [next(iterator)["id"].tolist() for _ in range(3)]
@@ -264,7 +266,7 @@ def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypa
         next(iterator)
     assert not iterator.live, "the failed iterator is closed"
     state = first.state_dict()  # after the last batch the trainer received
-    monkeypatch.setattr(transfer, "receive", real_receive)
+    monkeypatch.setattr(transfer, "views", real_views)
     resumed = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)
     resumed.load_state_dict(state)
     rest = [row for batch in loader_of(resumed) for row in batch["id"].tolist()]

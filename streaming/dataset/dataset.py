@@ -81,8 +81,10 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
 
     Guaranteed: the samples of global step t are the same for every world size;
     ``state_dict()`` taken after any delivered sample resumes on any topology with
-    nothing lost or repeated except the samples of an incomplete cycle, which are
-    replayed; the same seed and epoch reproduce the same order on every machine.
+    nothing lost or repeated (a partial cycle included; only a resume on a world
+    size that splits a partial cycle unevenly gives back at most one sample per
+    rank, so that ranks stay equal); the same seed and epoch reproduce the same
+    order on every machine.
     Not guaranteed: the order of samples inside one rank's batch across world sizes.
 
     Args:

@@ -8,6 +8,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, TypeVar
 
+import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
 from .. import _compat
@@ -356,7 +357,12 @@ class StreamingDataLoader(DataLoader[Any]):
         slots, size = assembly.compact([item.slots for item in present], items[0].size)
         if self.drop_last and size < (self.batch_size or 1):
             return None
-        return items, assembly.assemble(parts, slots, size, collate=self._finish)
+        batch = assembly.assemble(parts, slots, size, collate=self._finish)
+        if self._finish is not None and self.pin_memory and torch.cuda.is_available():
+            batch = _compat.pin_memory(
+                batch, self.pin_memory_device or None
+            )  # collated here, after the pin thread
+        return items, batch
 
     def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
         """The batch of columnar shares: numeric columns copied once, from the workers'

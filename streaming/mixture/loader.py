@@ -40,7 +40,7 @@ class MixtureLoader(StreamingDataLoader):
 
     def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
         """The loader's batch is one global batch's share of this rank."""
-        del num_workers  # worker w of k takes batches w, w + k, ...: any count fits
+        del num_workers  # worker w of k reads the splits at positions w, w + k, ...: any count fits
         if batch_size != dataset.batch_size:
             raise ValueError(
                 f"batch_size={batch_size!r} but one global batch of this mixture on this rank is "
