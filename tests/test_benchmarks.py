@@ -121,6 +121,17 @@ def test_mixtures_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
     assert "The mixture runs at" in text and "k=2 gives" in text
 
 
+def test_workerpath_benchmark_judges_cpu_and_the_later_first_batch(tmp_path: Path) -> None:
+    """Tiny table, one repeat: the four cases, both CPU ratios and the persistent-workers
+    line (a later iterator's first batch, with and without kept workers) are printed."""
+    text, _ = run_section(tmp_path, "workerpath", "--rows", "8192", "--repeats", "1")
+    rows = [line for line in text.splitlines() if line.startswith("| k=")]
+    assert len(rows) == 4, rows
+    assert text.count("CPU per row, k=2") == 2
+    later = next(line for line in text.splitlines() if line.startswith("- First batch of a later iterator"))
+    assert "persistent_workers=True" in later and ("PASS" in later or "FAIL" in later)
+
+
 def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> None:
     """``--smoke`` on CPU: a training step fed by k=0 and k=2 loaders, one table and a mixture,
     each with a first batch, a positive rate, a busy fraction and CPU per row."""

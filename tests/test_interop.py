@@ -299,16 +299,19 @@ def test_lightning_resumes_from_an_odd_step_with_two_workers(uri, tmp_path):
     assert trained == Counter(ids_of(dataset(uri))), "nothing lost, nothing repeated"
 
 
-class Validated(Model):
-    """Model plus an evaluation loader; records every validation pass."""
+def validation_loader(uri: str, workers: int, **options) -> StreamingDataLoader:
+    """An ``evaluation=True`` loader over every row, unshuffled."""
+    evaluation = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False, evaluation=True)
+    return StreamingDataLoader(
+        evaluation, batch_size=BATCH, num_workers=workers, timeout=120 if workers else 0, **options
+    )
 
-    def __init__(self, uri: str, workers: int) -> None:
-        super().__init__(uri, workers)
-        evaluation = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False, evaluation=True)
-        self.val_loader = StreamingDataLoader(
-            evaluation, batch_size=BATCH, num_workers=workers, timeout=120 if workers else 0
-        )
-        self.passes: list[list[int]] = []
+
+class RecordsValidation:
+    """Mixin for a LightningModule with ``val_loader``: records the ids of every validation pass."""
+
+    val_loader: StreamingDataLoader
+    passes: list[list[int]]
 
     def val_dataloader(self) -> StreamingDataLoader:
         return self.val_loader
@@ -317,7 +320,16 @@ class Validated(Model):
         self.passes.append([])
 
     def validation_step(self, batch, batch_idx):
-        self.passes[-1] += batch["id"].tolist()
+        self.passes[-1] += [int(i) for i in batch["id"]]
+
+
+class Validated(RecordsValidation, Model):
+    """Model plus an evaluation loader; records every validation pass."""
+
+    def __init__(self, uri: str, workers: int) -> None:
+        super().__init__(uri, workers)
+        self.val_loader = validation_loader(uri, workers)
+        self.passes = []
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -16,7 +16,16 @@ import lightning
 import pytest
 import torch
 from mixtures import GLOBAL_BATCH, make_tables, mixture
-from test_interop import BATCH, NUM_SPLITS, Crash, CrashAfter, dataset, plain_trainer
+from test_interop import (
+    BATCH,
+    NUM_SPLITS,
+    Crash,
+    CrashAfter,
+    RecordsValidation,
+    dataset,
+    plain_trainer,
+    validation_loader,
+)
 
 from streaming import StreamingDataLoader, StreamingDataset
 
@@ -154,22 +163,13 @@ def test_mixture_resume_from_the_last_batch_of_a_limited_epoch(uris, tmp_path):
     assert all(len(batch) == GLOBAL_BATCH for batch in resumed)
 
 
-class Validating(Recorder):
+class Validating(RecordsValidation, Recorder):
     """Recorder plus an ``evaluation=True`` validation loader; records every pass."""
 
     def __init__(self, make, make_val) -> None:
         super().__init__(make)
         self.val_loader = make_val()
-        self.passes: list[list[int]] = []
-
-    def val_dataloader(self) -> StreamingDataLoader:
-        return self.val_loader
-
-    def on_validation_epoch_start(self) -> None:
-        self.passes.append([])
-
-    def validation_step(self, batch, batch_idx):
-        self.passes[-1] += [int(i) for i in batch["id"]]
+        self.passes = []
 
 
 def test_persistent_workers_train_and_validate_then_resume_exactly(uri, tmp_path):
@@ -180,10 +180,7 @@ def test_persistent_workers_train_and_validate_then_resume_exactly(uri, tmp_path
     make = table_loader(uri, 2, persistent_workers=True)
 
     def make_val() -> StreamingDataLoader:
-        evaluation = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle=False, evaluation=True)
-        return StreamingDataLoader(
-            evaluation, batch_size=BATCH, num_workers=2, persistent_workers=True, timeout=120
-        )
+        return validation_loader(uri, 2, persistent_workers=True)
 
     reference, resumed = crash_and_resume(
         make,
