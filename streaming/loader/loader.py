@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -12,14 +11,14 @@ import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
 from .. import _compat
-from ..core import stats
 from ..core.lifecycle import Guarded
 from ..core.plan import worker_splits
 from ..dataset import striped
 from ..dataset.board import Board
 from ..dataset.dataset import StreamingDataset
-from ..dataset.host import DatasetHost, LoaderHost
-from . import assembly, frameworks, transfer
+from ..dataset.host import LoaderHost
+from . import frameworks, transfer
+from .iterators import Committing
 from .settings import (
     EpochSampler,
     check_len_counts,
@@ -28,10 +27,11 @@ from .settings import (
     checked_numbers,
     start_method,
 )
+from .shares import Gathering, Shares, release_kept, single
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch, WorkerInit
 
-__all__ = ["BatchIterator", "Shares", "StreamingDataLoader"]
+__all__ = ["StreamingDataLoader"]
 
 _Loader = TypeVar("_Loader", bound="StreamingDataLoader")
 
@@ -185,7 +185,7 @@ class StreamingDataLoader(DataLoader[Any]):
         # the trainer collates when the user's function (or batch_size=None) needs the whole batch
         finish = collate_fn if collate_fn not in (None, default_collate) else None
         if batch_size is None and batch_sampler is None:
-            finish = _single(collate_fn or default_convert)
+            finish = single(collate_fn or default_convert)
         collate.raw = finish is not None
         super().__init__(
             dataset,
@@ -210,6 +210,13 @@ class StreamingDataLoader(DataLoader[Any]):
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         object.__setattr__(self, "drop_last", drop_last)  # kept by the loader's iterator
         self._finish = finish
+        self._gathering = Gathering(
+            batch_size=batch_size or 1,
+            drop_last=drop_last,
+            finish=finish,
+            pin=pin_memory and torch.cuda.is_available(),
+            pin_device=pin_memory_device or None,
+        )
         self._streaming: StreamingDataset = dataset  # or a registered kind's (a mixture)
         self._columnar = columnar
         self._collate = collate
@@ -252,7 +259,7 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def _new_iterator(self) -> Guarded:
         """A new iterator of this loader (not yet begun)."""
-        return _Committing(self, self._streaming)
+        return Committing(self, self._streaming)
 
     def _channel(self) -> transfer.Channel | None:
         """The shared-memory channel of the batches about to start (set on the collate)."""
@@ -310,7 +317,7 @@ class StreamingDataLoader(DataLoader[Any]):
         supervise(batches, description="iter(loader)")  # dead workers, semaphore names
         if keep:  # the workers, their pipes and their shared memory live as long as the iterator
             self._board = board
-            weakref.finalize(batches, _release_kept, channel, board, num_workers=self.num_workers)
+            weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
             channel = None
         return batches, channel, host.hold(iterator)
 
@@ -328,56 +335,20 @@ class StreamingDataLoader(DataLoader[Any]):
         return batches
 
     def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
-        """The next batch of ``batches``: one share from each worker, assembled (package-internal).
+        """The next batch of ``shares`` (see ``Gathering.gather``; package-internal).
 
-        Returns the shares (for their reports) and the batch, or ``None`` for a batch
-        that is not delivered: empty (rows a transform dropped) or short under
-        ``drop_last=True``.
-
-        Raises:
-            StopIteration: the epoch's batches are through.
-            RuntimeError: a worker's shares ran out before the others'.
+        Kept workers that failed (a dead worker, a batch that failed on arrival) are
+        stopped, so the next ``iter()`` starts new ones.
         """
         assert shares is not None
         try:
-            items = shares.next_batch()
-            present = [item for item in items if item.count]
-            if present and all(item.numpy for item in present):  # columns: merged straight from the slots
-                merged = self._columns(present, items[0].size)
-                return None if merged is None else (items, merged)
-            parts = [item.unwrap() for item in present]  # before the commit: a failure here was not delivered
+            return self._gathering.gather(shares)
         except StopIteration:
             raise
         except BaseException:
             if self.persistent_workers:  # kept workers may be dead or mid-batch: start new ones next time
                 _compat.drop_persistent_iterator(self)
             raise
-        if not present:
-            return None
-        slots, size = assembly.compact([item.slots for item in present], items[0].size)
-        if self.drop_last and size < (self.batch_size or 1):
-            return None
-        batch = assembly.assemble(parts, slots, size, collate=self._finish)
-        if self._finish is not None and self.pin_memory and torch.cuda.is_available():
-            batch = _compat.pin_memory(
-                batch, self.pin_memory_device or None
-            )  # collated here, after the pin thread
-        return items, batch
-
-    def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
-        """The batch of columnar shares: numeric columns copied once, from the workers'
-        shared-memory slots into the batch (then the slots are free again)."""
-        from ..read.assemble import to_tensors
-
-        try:
-            slots, size = assembly.compact([item.slots for item in shares], size)
-            if self.drop_last and size < (self.batch_size or 1):
-                return None
-            merged = assembly.columns([item.columns() for item in shares], slots, size)
-        finally:
-            for item in shares:
-                item.done()
-        return to_tensors(merged)
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the rank's samples left over the batch size,
@@ -431,188 +402,3 @@ class StreamingDataLoader(DataLoader[Any]):
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingDataset.set_epoch``."""
         self._streaming.set_epoch(epoch)
-
-
-class Shares:
-    """The DataLoader's messages, each one worker's shares of one or more batches, sorted
-    by worker until every worker's share of the next batch is in (package-internal)."""
-
-    def __init__(self, batches: Iterator[Any], *, workers: int) -> None:
-        self._batches = batches
-        self._queues: list[collections.deque[WorkerBatch]] = [
-            collections.deque() for _ in range(max(1, workers))
-        ]
-
-    def next_batch(self) -> list[WorkerBatch]:
-        """Every worker's share of the next batch, worker 0 first.
-
-        Raises:
-            StopIteration: every worker's shares are through.
-            RuntimeError: a worker's shares ran out before the others'.
-        """
-        for queue in self._queues:
-            while not queue:
-                try:
-                    message = next(self._batches)
-                except StopIteration:
-                    if not any(self._queues):
-                        raise
-                    raise RuntimeError(
-                        "a worker's batches ended before the others': the workers disagree on the batches"
-                    ) from None
-                for share in message:
-                    self._queues[share.worker].append(share)
-        return [queue.popleft() for queue in self._queues]
-
-
-def _single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:
-    """``batch_size=None``: each batch is one sample, converted by ``collate``."""
-
-    def convert(samples: list[Any]) -> Any:
-        return collate(samples[0])
-
-    return convert
-
-
-def _release_kept(channel: transfer.Channel | None, board: Board | None, *, num_workers: int) -> None:
-    """A persistent loader's workers are gone: free their shared memory and pipes."""
-    if board is not None:
-        board.close()
-    if channel is not None:
-        transfer.release(channel, num_workers=num_workers)
-
-
-def _release(
-    batches: Iterator[Any],
-    channel: transfer.Channel | None,
-    *,
-    num_workers: int,
-    reports: dict[tuple[int, int], dict[str, float]],
-    keep: bool = False,
-) -> None:
-    """Shut down the workers of ``batches`` (unless the loader ``keep``s them), free their
-    shared memory, and zero the gauges of their last ``reports`` (nothing of theirs is
-    queued any more)."""
-    try:
-        if not keep:
-            _compat.shutdown_workers(batches)
-    finally:
-        stats.idle(reports)
-        if channel is not None:
-            transfer.release(channel, num_workers=num_workers)
-
-
-class BatchIterator(Guarded):
-    """A loader's iterator (public to the package: the mixture's loader has one too).
-
-    It takes its position and starts its workers at its first ``next()`` (``_first``),
-    is busy while a ``next()`` runs, hands each drawn batch over through
-    ``_delivered`` (where the position moves), and on its end closes the dataset's
-    own iterator it wraps (``num_workers=0``) and stops its workers.
-    """
-
-    def __init__(self, loader: StreamingDataLoader) -> None:
-        super().__init__("iter(loader)")
-        self._loader = loader
-        self._busy = False
-        self._batches: Iterator[Any] | None = None  # begun at the first next()
-        self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-
-    @property
-    def busy(self) -> bool:
-        """True while a ``next()`` of this iterator is running."""
-        return self._busy
-
-    def _advance(self) -> Any:
-        self._busy = True
-        try:
-            if self._batches is None:  # the first next(): take the committed position now
-                self._first()
-            drawn = self._draw()
-        finally:
-            self._busy = False
-        return self._delivered(drawn)
-
-    def _first(self) -> None:
-        """Begin at the first ``next()``."""
-        raise NotImplementedError
-
-    def _draw(self) -> Any:
-        """The next item of the DataLoader's batches."""
-        raise NotImplementedError
-
-    def _delivered(self, drawn: Any) -> Any:
-        """Move the position for ``drawn``; return the batch the trainer gets."""
-        return drawn
-
-    def _release(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
-        if self._finalizer is not None:
-            self._finalizer()
-
-
-class _Committing(BatchIterator):
-    """Unwraps each batch and commits its worker's report on the way out."""
-
-    def __init__(self, loader: StreamingDataLoader, dataset: DatasetHost) -> None:
-        super().__init__(loader)
-        self._dataset = dataset
-        self._channel: transfer.Channel | None = None
-        self._shares: Shares | None = None
-
-    def _first(self) -> None:
-        self._loader.begin_iteration(stacklevel=6)
-        self._begin()
-
-    def _begin(self) -> None:
-        """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, self._channel, self.inner = self._loader.start(self)
-        self._shares = Shares(self._batches, workers=self._loader.num_workers)
-        # unmaps the workers' shared memory however this iterator ends, even unclosed
-        self._finalizer = weakref.finalize(
-            self,
-            _release,
-            self._batches,
-            self._channel,
-            num_workers=self._loader.num_workers,
-            reports=self._dataset.worker_counters,
-            keep=self._loader.persistent_workers,
-        )
-
-    def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
-        items, batch = drawn
-        for item in items:
-            if item.report is not None:
-                self._dataset.commit(item.report)
-        return batch
-
-    def _draw(self) -> tuple[list[WorkerBatch], Any]:
-        """The next batch, moving an endless dataset into its next epoch when one ends."""
-        while True:
-            # num_workers=0: the dataset's own iterator moves the cursor as the batch is
-            # drawn, so a batch that fails part way (or that drop_last drops) must put it back
-            before = self._dataset.mark() if self.inner is not None else None
-            try:
-                drawn = self._loader.gather(self._shares)
-            except StopIteration:
-                if not self._dataset.endless:
-                    raise
-            except BaseException:
-                if before is not None and self.inner is not None:
-                    self.inner.close()  # folds the stride it was in
-                    self._dataset.rewind(before)
-                raise
-            else:
-                if drawn is not None:
-                    return drawn
-                if before is not None:  # dropped (drop_last) or empty: never delivered
-                    self._dataset.rewind(before)
-                continue
-            self._release()
-            self._dataset.next_epoch()
-            self._begin()
-
-    def __len__(self) -> int:
-        return len(self._loader)

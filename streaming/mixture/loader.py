@@ -17,7 +17,9 @@ from torch.utils.data import default_collate
 from .. import _compat
 from ..core.lifecycle import Guarded
 from ..loader import transfer
-from ..loader.loader import BatchIterator, Shares, StreamingDataLoader
+from ..loader.iterators import BatchIterator
+from ..loader.loader import StreamingDataLoader
+from ..loader.shares import Shares
 from ..loader.worker import ReportingCollate
 from .mixture import StreamingMixture
 

@@ -1,0 +1,157 @@
+"""A loader's iterators: take the position at the first ``next()``, commit what is handed over.
+
+``BatchIterator`` is the part every loader's iterator shares (the mixture's too);
+``Committing`` is the single-table loader's: it commits each worker's report of a
+batch as the batch is returned, and moves an endless dataset into its next epoch.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from ..core.lifecycle import Guarded
+from ..dataset.host import DatasetHost
+from . import transfer
+from .shares import Shares, release
+from .worker import WorkerBatch
+
+__all__ = ["BatchIterator", "Committing", "IteratingLoader"]
+
+
+class IteratingLoader(Protocol):
+    """What a loader's iterators call on their loader (``StreamingDataLoader``)."""
+
+    num_workers: int
+    persistent_workers: bool
+
+    def begin_iteration(self, *, stacklevel: int) -> None:
+        """At the first ``next()``: the host takes its position."""
+        ...
+
+    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
+        """Start the DataLoader's batches at the host's position."""
+        ...
+
+    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
+        """The next batch of ``shares``."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
+class BatchIterator(Guarded):
+    """A loader's iterator (public to the package: the mixture's loader has one too).
+
+    It takes its position and starts its workers at its first ``next()`` (``_first``),
+    is busy while a ``next()`` runs, hands each drawn batch over through
+    ``_delivered`` (where the position moves), and on its end closes the dataset's
+    own iterator it wraps (``num_workers=0``) and stops its workers.
+    """
+
+    def __init__(self, loader: IteratingLoader) -> None:
+        super().__init__("iter(loader)")
+        self._loader = loader
+        self._busy = False
+        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """True while a ``next()`` of this iterator is running."""
+        return self._busy
+
+    def _advance(self) -> Any:
+        self._busy = True
+        try:
+            if self._batches is None:  # the first next(): take the committed position now
+                self._first()
+            drawn = self._draw()
+        finally:
+            self._busy = False
+        return self._delivered(drawn)
+
+    def _first(self) -> None:
+        """Begin at the first ``next()``."""
+        raise NotImplementedError
+
+    def _draw(self) -> Any:
+        """The next item of the DataLoader's batches."""
+        raise NotImplementedError
+
+    def _delivered(self, drawn: Any) -> Any:
+        """Move the position for ``drawn``; return the batch the trainer gets."""
+        return drawn
+
+    def _release(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+class Committing(BatchIterator):
+    """Unwraps each batch and commits its worker's report on the way out."""
+
+    def __init__(self, loader: IteratingLoader, dataset: DatasetHost) -> None:
+        super().__init__(loader)
+        self._dataset = dataset
+        self._channel: transfer.Channel | None = None
+        self._shares: Shares | None = None
+
+    def _first(self) -> None:
+        self._loader.begin_iteration(stacklevel=6)
+        self._begin()
+
+    def _begin(self) -> None:
+        """Start the current epoch's batches (its worker processes, with workers)."""
+        self._batches, self._channel, self.inner = self._loader.start(self)
+        self._shares = Shares(self._batches, workers=self._loader.num_workers)
+        # unmaps the workers' shared memory however this iterator ends, even unclosed
+        self._finalizer = weakref.finalize(
+            self,
+            release,
+            self._batches,
+            self._channel,
+            num_workers=self._loader.num_workers,
+            reports=self._dataset.worker_counters,
+            keep=self._loader.persistent_workers,
+        )
+
+    def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
+        items, batch = drawn
+        for item in items:
+            if item.report is not None:
+                self._dataset.commit(item.report)
+        return batch
+
+    def _draw(self) -> tuple[list[WorkerBatch], Any]:
+        """The next batch, moving an endless dataset into its next epoch when one ends."""
+        while True:
+            # num_workers=0: the dataset's own iterator moves the cursor as the batch is
+            # drawn, so a batch that fails part way (or that drop_last drops) must put it back
+            before = self._dataset.mark() if self.inner is not None else None
+            try:
+                drawn = self._loader.gather(self._shares)
+            except StopIteration:
+                if not self._dataset.endless:
+                    raise
+            except BaseException:
+                if before is not None and self.inner is not None:
+                    self.inner.close()  # folds the stride it was in
+                    self._dataset.rewind(before)
+                raise
+            else:
+                if drawn is not None:
+                    return drawn
+                if before is not None:  # dropped (drop_last) or empty: never delivered
+                    self._dataset.rewind(before)
+                continue
+            self._release()
+            self._dataset.next_epoch()
+            self._begin()
+
+    def __len__(self) -> int:
+        return len(self._loader)
