@@ -106,7 +106,7 @@ def later_first_batch(table: TableRef, *, persistent: bool, repeats: int) -> flo
 def _ratio_line(results: dict[str, dict[str, float]], plain: str, workers: str) -> str:
     ratio = results[workers]["cpu"] / results[plain]["cpu"]
     verdict = "PASS" if ratio <= TARGET else "FAIL"
-    return f"- CPU per row, {workers} against {plain}: {ratio:.2f}x ({verdict}: target at most {TARGET:.0f}x)"
+    return f"- CPU per row, {workers} against {plain}: {ratio:.2f}x ({verdict}: target at most {TARGET}x)"
 
 
 def report(results: dict[str, dict[str, float]], rows: int, repeats: int) -> str:
