@@ -102,3 +102,12 @@ def test_lockstep_after_a_lagged_merge_follows_the_other_ranks_order():
     ledger.restart([SplitProgress(c, c) for c in (2, 6, 3, 5)], total=10, by_samples=False)
     progress = [SplitProgress(c, c) for c in (2, 10, 3, 10)]  # advanced 4 and 5: ran out
     assert [split.samples for split in ledger.lockstep(progress, split_length=10)] == [7, 10, 7, 10]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges=ranges, count=st.integers(0, 120))
+def test_rank_order_counts_the_first_samples_of_each_split_without_listing_them(ranges, count):
+    starts, ends = ranges
+    order = RankOrder(starts, ends)
+    expected = brute_order(starts, ends)[:count]
+    assert order.counts(count).tolist() == [expected.count(j) for j in range(len(starts))]

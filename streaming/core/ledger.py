@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from .progress import Cursor, SplitProgress
 from .stripes import RankOrder
 
@@ -63,8 +61,7 @@ class Ledger:
                 continue
             starts = [min(self.total, start[split].samples) for split in splits]
             order = RankOrder(starts, [max(self.total, begun) for begun in starts])
-            taken = np.bincount(order.positions(0, delivered), minlength=len(splits))
-            for split, advance in zip(splits, taken.tolist(), strict=True):
+            for split, advance in zip(splits, order.counts(delivered).tolist(), strict=True):
                 begun = start[split]
                 samples = begun.samples + advance
                 positions = begun.positions

@@ -170,5 +170,3 @@ class WorkerReport:
     pid: int
     progress: Mapping[int, SplitProgress]
     counters: dict[str, float]
-    group: tuple[int, int] = (0, 1)
-    """(split group served, number of groups): which of the rank's k shares of splits."""

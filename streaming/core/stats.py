@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -105,6 +105,13 @@ def timed(counters: Counters, kind: str) -> Iterator[None]:
             counters.add(convert=elapsed)
         else:
             counters.add(transform=elapsed)
+
+
+def row_bytes(counters: Iterable[Counters]) -> float:
+    """Bytes read per row so far by these counters together (0 before the first read)."""
+    parts = list(counters)
+    rows = sum(part.rows_read for part in parts)
+    return sum(part.bytes_read for part in parts) / rows if rows else 0.0
 
 
 def total(parts: list[dict[str, float]]) -> dict[str, float]:

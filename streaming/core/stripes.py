@@ -51,6 +51,7 @@ class RankOrder:
         if any(end < start for start, end in zip(starts, ends, strict=True)):
             raise ValueError(f"an end lies before its start: starts {list(starts)}, ends {list(ends)}")
         first, last = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+        self._starts = first
         levels = sorted({int(level) for level in (*starts, *ends)})
         self._segments: list[_Segment] = []
         offset = 0
@@ -77,6 +78,20 @@ class RankOrder:
             parts.append(segment.active[within % width])
             low, index = stop, index + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def counts(self, count: int) -> np.ndarray:
+        """How many of the first ``count`` samples each split position gives, by
+        arithmetic on the segments (nothing of ``count``'s size is built)."""
+        taken = np.zeros(len(self._starts), dtype=np.int64)
+        for segment in self._segments:
+            width = len(segment.active)
+            here = min(count - segment.offset, (segment.high - segment.low) * width)
+            if here <= 0:
+                break
+            cycles, extra = divmod(here, width)
+            taken[segment.active] += cycles
+            taken[segment.active[:extra]] += 1
+        return taken
 
     def batches(self, batch_size: int) -> int:
         """How many batches of ``batch_size`` the samples make (the last one may be short)."""

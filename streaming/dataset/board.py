@@ -50,6 +50,17 @@ class Board:
 
         return ForkingPickler.loads(self._readers[worker].recv_bytes())
 
+    def take_over(self, target: object, worker: int, *, keep: tuple[str, ...] = ()) -> None:
+        """In a worker, as its iterator starts: after its first, make ``target`` the
+        trainer's copy of it, keeping this process's own ``keep`` attributes (and the
+        board itself)."""
+        fresh = self.fresh(worker)
+        if fresh is None:
+            return
+        own = {name: vars(target)[name] for name in (*keep, "_board")}
+        vars(target).update(vars(fresh))
+        vars(target).update(own)
+
     def close(self) -> None:
         """Close both ends in this process."""
         for connection in (*self._readers, *self._writers):

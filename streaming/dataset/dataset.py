@@ -272,8 +272,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         self._board: Board | None = None  # a persistent loader's pipes to its workers
         self._loader_batch: tuple[int, bool] | None = None
         """(batch size, columnar) of the loader starting an iterator: it wants ``Slice``s."""
-        self._iterating: tuple[int, tuple[int, int], tuple[int, ...]] = (0, (0, 1), ())
-        """(worker id, (worker, workers), splits) of this process's iterator."""
+        self._iterating: tuple[int, tuple[int, ...]] = (0, ())
+        """(worker id, splits) of this process's iterator."""
 
     def __repr__(self) -> str:
         snapshot = self._view.snapshot
@@ -312,7 +312,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         splits = self._rank_splits
         if num_workers > 1:
             splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
-        self._iterating = (worker, (worker, num_workers), tuple(splits))
+        self._iterating = (worker, tuple(splits))
         stream = self._run(
             splits, for_loader=for_loader, stripe=(worker, num_workers), batch=self._loader_batch
         )
@@ -327,9 +327,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         (for a loader: its ``Slice`` of every batch, worker ``stripe[0]`` of ``stripe[1]``)."""
         if not for_loader:  # a loader begins the iteration itself
             self.begin_iteration(stacklevel=5)
-        fresh = None if self._board is None else self._board.fresh(stripe[0])
-        if fresh is not None:  # a persistent worker: the trainer's position now
-            self._take_over(fresh)
+        if self._board is not None:  # a persistent worker: the trainer's position now
+            self._board.take_over(self, stripe[0], keep=("_counters", "_iterating"))
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
         elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
@@ -339,17 +338,15 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
                 lambda sizes: self._stream(splits, sizes=sizes),
                 columnar=columnar,
             )
-            if get_worker_info() is None:
-                yield from ([piece] for piece in pieces)
-            else:
-                yield from striped.bundles(pieces, report=self.worker_report, row_bytes=self._row_bytes)
+            in_worker = get_worker_info() is not None
+            yield from striped.messages(
+                pieces,
+                in_worker=in_worker,
+                report=self.worker_report,
+                row_bytes=lambda: stats.row_bytes([self._counters]),
+            )
         else:
             yield from self._stream(splits)
-
-    def _row_bytes(self) -> float:
-        """Bytes read per row so far in this process (0 before the first read)."""
-        counters = self._counters
-        return counters.bytes_read / counters.rows_read if counters.rows_read else 0.0
 
     def _stream(self, splits: list[int], *, sizes: Iterator[int] | None = None) -> Generator[Any, None, None]:
         return self._view.stream(
@@ -485,18 +482,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         finally:
             self._loader_batch, self._board = None, None
 
-    def _take_over(self, fresh: StreamingDataset) -> None:
-        """In a persistent worker: adopt the trainer's copy, keeping this process's own
-        counters, pipes and iterator."""
-        keep = {name: self.__dict__[name] for name in ("_counters", "_board", "_iterating")}
-        self.__dict__.update(fresh.__dict__)
-        self.__dict__.update(keep)
-
     def worker_report(self) -> WorkerReport:
         """In a worker process: the progress of the splits this worker's iterator owns."""
-        worker, group, splits = self._iterating
+        worker, splits = self._iterating
         progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
-        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict(), group)
+        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict())
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle for a worker process: settings, snapshot and position, no handles."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.stripes import Stripe
 
-__all__ = ["BUNDLE_BYTES", "BUNDLE_ROWS", "BUNDLE_SLICES", "Slice", "Sizes", "bundles", "slices"]
+__all__ = ["BUNDLE_BYTES", "BUNDLE_ROWS", "BUNDLE_SLICES", "Slice", "Sizes", "bundles", "messages", "slices"]
 
 
 BUNDLE_ROWS = 1024
@@ -103,6 +103,18 @@ def slices(
         else:
             samples = list(itertools.islice(source, len(slots)))
             yield Slice(samples, slots[: len(samples)], size, first=first)
+
+
+def messages(
+    pieces: Iterator[Slice], *, in_worker: bool, report: Callable[[], Any], row_bytes: Callable[[], float]
+) -> Generator[list[Slice], None, None]:
+    """The DataLoader items of ``pieces``: in a worker, ``bundles``; in the trainer's
+    own process (nothing to send), each slice alone and without a report."""
+    if in_worker:
+        yield from bundles(pieces, report=report, row_bytes=row_bytes)
+    else:
+        for piece in pieces:
+            yield [piece]
 
 
 def bundles(

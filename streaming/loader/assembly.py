@@ -41,14 +41,11 @@ def assemble(
     size: int,
     *,
     collate: Callable[[Any], Any] | None,
-    fresh: bool = False,
 ) -> Any:
     """The batch of ``size`` samples whose share ``parts[i]`` goes to ``slots[i]``.
 
     With ``collate`` the parts are lists of raw samples, put in order and then
-    collated; without, they are batched already and are merged value by value
-    (with ``fresh``, into new arrays even where one part is the whole batch: the
-    parts are views of memory the caller hands back).
+    collated; without, they are batched already and are merged value by value.
 
     Raises:
         TypeError: the shares cannot make one batch (shapes that differ between
@@ -56,7 +53,7 @@ def assemble(
     """
     if collate is not None:
         return collate(_placed(list(parts), list(slots), size))
-    if len(parts) == 1 and not fresh and _in_order(slots[0], size):
+    if len(parts) == 1 and _in_order(slots[0], size):
         return parts[0]
     return _merge(list(parts), [_Where.of(where) for where in slots], size, ())
 
@@ -118,7 +115,11 @@ def columns(parts: Sequence[Mapping[str, Any]], slots: Sequence[np.ndarray], siz
 
 
 def _in_order(slots: np.ndarray, size: int) -> bool:
-    return len(slots) == size and bool((slots == np.arange(size)).all())
+    """Whether ``slots`` are 0, 1, ..., size - 1 (a lone share of a batch usually is)."""
+    if len(slots) != size or size == 0:
+        return len(slots) == size
+    index = _index(slots)
+    return int(slots[0]) == 0 and (size == 1 or (isinstance(index, slice) and index.step == 1))
 
 
 def _kind(value: Any) -> str:

@@ -240,10 +240,12 @@ class StreamingMixture(IterableDataset[Any]):
             self.supersede("iter(mixture)")
         stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
         if self._loader_columnar is not None:
-            stream = (
-                striped.bundles(stream, report=self.worker_report, row_bytes=self._row_bytes)
-                if info is not None
-                else ([piece] for piece in stream)
+            counters = [data.counters for data in self._sources.values()]
+            stream = striped.messages(
+                stream,
+                in_worker=info is not None,
+                report=self.worker_report,
+                row_bytes=lambda: stats.row_bytes(counters),
             )
         iterator = Samples(stream, "iter(mixture)")
         self._lifecycle.live.hold(iterator)
@@ -257,11 +259,8 @@ class StreamingMixture(IterableDataset[Any]):
         its ``Slice`` of every batch, worker ``share[0]`` of ``share[1]``."""
         if begin:
             self.begin_iteration(stacklevel=5)
-        fresh = None if self._board is None else self._board.fresh(share[0])
-        if fresh is not None:  # a persistent worker: the trainer's position now
-            keep = {name: self.__dict__[name] for name in ("_board",)}
-            self.__dict__.update(fresh.__dict__)
-            self.__dict__.update(keep)
+        if self._board is not None:  # a persistent worker: the trainer's position now
+            self._board.take_over(self, share[0])
         streams = {name: RankStream(data, name=name, share=share) for name, data in self._sources.items()}
         position, first = self._position, True
         try:
@@ -362,12 +361,6 @@ class StreamingMixture(IterableDataset[Any]):
     def commit_counters(self, report: WorkerReport) -> None:
         """Keep a worker's latest counters (package-internal: its share was delivered)."""
         self._worker_counters[(report.pid, report.worker)] = report.counters
-
-    def _row_bytes(self) -> float:
-        """Bytes read per row so far by this process's sources (0 before the first read)."""
-        rows = sum(data.counters.rows_read for data in self._sources.values())
-        read = sum(data.counters.bytes_read for data in self._sources.values())
-        return read / rows if rows else 0.0
 
     def stats(self) -> dict[str, float]:
         """Read counters of this rank, summed over its sources and the DataLoader workers
