@@ -145,6 +145,24 @@ def test_global_steps_continue_identically_after_a_topology_change(small_uri):
         assert got == reference_steps[3 + step], f"global step {3 + step}"
 
 
+def test_a_partial_cycle_of_one_step_merges_and_one_of_two_steps_is_refused(small_uri):
+    """G7, G11: every rank one sample into its cycle (the job's first splits ahead)
+    merges; ranks one sample apart (a later split ahead of an earlier one) do not."""
+
+    def states(taken: tuple[int, int]) -> list[dict]:
+        ranks = [dataset(small_uri, num_splits=4, rank=r, world_size=2) for r in range(2)]
+        for rank, count in zip(ranks, taken, strict=True):
+            iterator = iter(rank)
+            take(iterator, count)
+            iterator.close()
+        return [rank.state_dict() for rank in ranks]
+
+    merged = StreamingDataset.merge_state_dicts(states((1, 1)))
+    assert merged["samples_consumed_per_split"] == [1, 1, 0, 0]
+    with pytest.raises(ValueError, match="allow_lag=True"):
+        StreamingDataset.merge_state_dicts(states((1, 2)))
+
+
 def test_lagged_states_merge_only_with_allow_lag(small_uri):
     ranks = [dataset(small_uri, num_splits=4, rank=r, world_size=2) for r in range(2)]
     take(iter(ranks[0]), 6)
