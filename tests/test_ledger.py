@@ -73,12 +73,12 @@ def test_a_partial_cycle_is_evened_out_on_any_world_size(ranks, per_rank, new_wo
     progress = [
         SplitProgress(level + (split < ahead), level + (split < ahead)) for split in range(num_splits)
     ]
-    lefts, gave = [], []
-    for rank in range(new_world):
-        result, back = balanced(progress, rank=rank, world_size=new_world, total=total)
-        assert 0 <= back <= 1
-        lefts.append(sum(total - result[split].samples for split in range(rank, num_splits, new_world)))
-        gave.append(back)
+    result, gave = balanced(progress, world_size=new_world, total=total)
+    lefts = [
+        sum(total - result[split].samples for split in range(rank, num_splits, new_world))
+        for rank in range(new_world)
+    ]
+    assert all(0 <= back <= 1 for back in gave), gave
     assert len(set(lefts)) == 1, lefts
     if ahead % new_world == 0:
         assert not any(gave)

@@ -72,11 +72,15 @@ def split_streams(uri: str, num_splits: int) -> list[list[int]]:
     return streams
 
 
-def by_split(blocks: list, owned: list[int]) -> dict[int, list]:
-    """Blocks of one iterator (k = 0) by split: cycles go through ``owned`` in order."""
+def by_split(blocks: list, owned: list[int], start: dict[int, int] | None = None) -> dict[int, list]:
+    """Blocks of one iterator (k = 0) by split: by level (from ``start``, the blocks each
+    split had delivered), inside a level in split order."""
     result: dict[int, list] = {split: [] for split in owned}
-    for index, block in enumerate(blocks):
-        result[owned[index % len(owned)]].append(block)
+    levels = {split: 0 for split in owned} | (start or {})
+    for block in blocks:
+        split = min(owned, key=lambda s: (levels[s], s))
+        result[split].append(block)
+        levels[split] += 1
     return result
 
 
@@ -188,6 +192,41 @@ def test_merged_ranks_resume_on_another_world_size(uri):
         data.load_state_dict(merged)
         for split, rest in by_split(blocks_of(data), data.owned_splits()).items():
             assert before[split] + rest == reference[split], f"split {split}"
+
+
+@pytest.mark.parametrize("new_world", [1, 4])
+def test_a_partial_cycle_resumed_on_another_world_size_keeps_ranks_equal(uri, new_world):
+    """4 splits, 2 ranks at 3 blocks each (a partial cycle), resumed on 4 ranks: each rank
+    has as many blocks left; a rank that would be short gives back its last block, which
+    it rebuilds from the start of its split's stream. Nothing is lost; at most one block
+    per rank comes again."""
+    reference = by_split(blocks_of(packed(uri, blocks=24)), [0, 1, 2, 3])
+    states, before = [], {}
+    for rank in range(2):
+        data = packed(uri, blocks=24, rank=rank, world_size=2)
+        iterator = iter(data)
+        got = blocks_of(next(iterator) for _ in range(3))
+        before.update(by_split(got, data.owned_splits()))
+        states.append(json_roundtrip(data.state_dict()))
+        iterator.close()
+    merged = json_roundtrip(StreamingDataset.merge_state_dicts(states))
+    assert merged["samples_consumed_per_split"] == [2, 2, 1, 1]
+    lengths, again = [], 0
+    for rank in range(new_world):
+        data = packed(uri, blocks=24, rank=rank, world_size=new_world)
+        data.load_state_dict(merged)
+        lengths.append(len(data))
+        counts = data.state_dict()["samples_consumed_per_split"]
+        start = {split: counts[split] for split in data.owned_splits()}
+        rest = by_split(blocks_of(data), data.owned_splits(), start)
+        for split, blocks in rest.items():
+            done = before.get(split, [])
+            kept = len(reference[split]) - len(blocks)
+            assert kept in (len(done), len(done) - 1), f"split {split}: at most one block again"
+            again += len(done) - kept
+            assert done[:kept] + blocks == reference[split], f"split {split}"
+    assert len(set(lengths)) == 1, f"ranks of {new_world} get {lengths} blocks"
+    assert again <= new_world - 1
 
 
 def test_one_ranks_state_resumes_the_other_rank_in_lockstep(uri):

@@ -10,11 +10,14 @@ has as many samples left (docs/workers.md).
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from streaming import StreamingDataLoader, StreamingDataset
+from streaming import EpochCompleteWarning, StreamingDataLoader, StreamingDataset, UnownedSplitsWarning
 
 from helpers import ids_of, make_table
 
@@ -103,3 +106,61 @@ def _loaded(
     data = dataset(uri)
     data.load_state_dict(state)
     return StreamingDataLoader(data, batch_size=batch, num_workers=workers, len_counts=len_counts)
+
+
+# -- states after a give-back resume (hypothesis over topologies and stopping steps) --
+
+
+def _lockstep(datasets: list[StreamingDataset], per_rank: int) -> tuple[list[int], list[dict]]:
+    """Every rank takes ``per_rank`` samples, as synchronous steps would: the ids of all
+    ranks, and each rank's state."""
+    taken: list[int] = []
+    for data in datasets:
+        iterator = iter(data)
+        taken += [int(next(iterator)["id"]) for _ in range(min(per_rank, len(data)))]
+        iterator.close()
+    return taken, [data.state_dict() for data in datasets]
+
+
+def _ranks(uri: str, state: dict | None, world_size: int) -> list[StreamingDataset]:
+    result = []
+    for rank in range(world_size):
+        data = dataset(uri, rank=rank, world_size=world_size)
+        if state is not None:
+            data.load_state_dict(state)
+        result.append(data)
+    return result
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    first=st.sampled_from([1, 2, 3, 4, 6]),
+    second=st.sampled_from([1, 2, 3, 4, 6]),
+    steps=st.tuples(st.integers(0, 30), st.integers(0, 30)),
+    chosen=st.sets(st.integers(0, 5), min_size=1),
+)
+@example(first=2, second=3, steps=(1, 2), chosen={0})
+@example(first=2, second=3, steps=(1, 2), chosen={0, 1})
+def test_any_ranks_state_after_a_give_back_resumes_with_nothing_lost(uri, first, second, steps, chosen):
+    """2 -> 3 -> 1 ranks and every other pair: after a resume that gives back part of a
+    partial cycle, any one rank's state, and a merge of any subset of ranks, resumes on
+    one rank with nothing lost; repeated are only the given-back samples (at most one per
+    rank of the second world size)."""
+    planned = Counter(ids_of(dataset(uri)))
+    taken, states = _lockstep(_ranks(uri, None, first), steps[0])
+    delivered = Counter(taken)
+    taken, states = _lockstep(_ranks(uri, StreamingDataset.merge_state_dicts(states), second), steps[1])
+    delivered += Counter(taken)
+    subset = [states[rank] for rank in sorted(chosen) if rank < second] or [states[0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnownedSplitsWarning)  # the rest: lockstep counts
+        resume = subset[0] if len(subset) == 1 else StreamingDataset.merge_state_dicts(subset)
+    last = dataset(uri)
+    last.load_state_dict(resume)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", EpochCompleteWarning)
+        delivered += Counter(ids_of(last))
+    lost = planned - delivered
+    assert not lost, f"{first} -> {second} ranks after {steps}, states {sorted(chosen)}: lost {sorted(lost)}"
+    repeated = sum((delivered - planned).values())
+    assert repeated <= second - 1, f"{first} -> {second} ranks after {steps}: {repeated} repeated"

@@ -196,14 +196,14 @@ class PositionedDataset:
         self._lifecycle.refuse_started("load_state_dict")
         view, progress = self.check_load(state)
         total = view.split_total(self.num_splits) if view.planned else 0
-        progress, back = balanced(progress, rank=self.rank, world_size=self.world_size, total=total)
-        if back:
+        progress, backs = balanced(progress, world_size=self.world_size, total=total)
+        if backs[self.rank]:
             _LOG.info(
                 "rank %d of %d delivers %d sample(s) of the state's partial cycle again, so that every "
                 "rank has as many samples left",
                 self.rank,
                 self.world_size,
-                back,
+                backs[self.rank],
             )
         self.adopt(view, progress)
 
