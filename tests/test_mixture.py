@@ -221,6 +221,26 @@ def test_a_plain_dataloader_with_workers_cannot_give_a_state(uris):
         mix.state_dict()
 
 
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_a_plain_dataloader_with_workers_iterates_every_sample_of_the_mixture(uris, context):
+    """Each worker of a plain DataLoader yields its own share of every batch (the rows of
+    its splits), so the epoch holds the samples num_workers=0 gives, each once."""
+    reference = Counter(
+        i for batch in DataLoader(mixture(uris, stop="first_exhausted"), batch_size=16) for i in ids(batch)
+    )
+    loader = DataLoader(
+        mixture(uris, stop="first_exhausted"),
+        batch_size=16,
+        num_workers=2,
+        multiprocessing_context=context,
+        timeout=120,
+    )
+    got = Counter(i for batch in loader for i in ids(batch))
+    assert got == reference, (
+        f"{sum((got - reference).values())} extra, {sum((reference - got).values())} missing"
+    )
+
+
 class Noisy:
     """A transform that draws from its per-row generators (picklable)."""
 

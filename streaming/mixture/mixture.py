@@ -226,9 +226,10 @@ class StreamingMixture(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         """Yield this rank's samples, batch after batch, from the committed position.
 
-        In DataLoader worker w of k, only batches w, w + k, ... (counted from the
-        committed position) are yielded. A new iterator closes an older one that has
-        not finished (its later ``next()`` raises ``RuntimeError``).
+        In a plain DataLoader's worker w of k, the worker's own share of every batch
+        (the samples of its splits, in the batch's order) is yielded. A new iterator
+        closes an older one that has not finished (its later ``next()`` raises
+        ``RuntimeError``).
         """
         info = get_worker_info()
         if info is not None:
@@ -277,11 +278,12 @@ class StreamingMixture(IterableDataset[Any]):
                     slots = _slots(where, order, size)
                     yield Slice(items if len(where) else None, slots, size, bool(loader), first)
                     first = False
-                else:
-                    samples = [items[i] for i in order]
+                else:  # in a plain DataLoader's worker, its own samples of the batch, in order
+                    samples = [items[i] for i in np.argsort(_slots(where, order, size), kind="stable")]
                     yield from samples[:-1]
                     self._position = after  # the batch is whole once its last sample goes
-                    yield samples[-1]
+                    if samples:
+                        yield samples[-1]
                 position = after
         finally:
             for stream in streams.values():
