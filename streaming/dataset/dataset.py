@@ -35,7 +35,7 @@ from . import striped, torchrun, watchdog
 from .board import Board
 from .observe import Observed
 from .positioned import PositionedDataset
-from .topology import draw_seed, require_group, topology
+from .topology import draw_seed, require_group, simulated_splits, topology
 
 __all__ = ["StreamingDataset"]
 
@@ -137,7 +137,12 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             synchronous multi-rank training that must not stop on bad rows.
         connection_factory: ``factory(table_name)`` returning the LanceDB table in
             another process, instead of reopening the URI.
-        worker_info_override: Testing hook replacing ``get_worker_info()``.
+        worker_info_override: Testing hook replacing ``get_worker_info()`` (anything
+            with ``id`` and ``num_workers``): the dataset reads that worker's splits
+            of its rank. Its state counts them exactly and gives the other workers'
+            splits their lockstep counts, so one such state, or the merge of every
+            worker's, resumes every worker. Inside a real DataLoader worker the
+            override still wins and a ``WARNING`` is logged.
         version: Lance version to read; defaults to the latest at construction.
         storage_options: Object-store options (credentials); never stored in a state.
         block_rows: Consecutive rows read and shuffled as one block; ``None``: the
@@ -266,7 +271,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )
         options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
-        super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot))
+        exact = simulated_splits(owned, worker_info_override, world_size=options.world_size)
+        super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot), exact_splits=exact)
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators
         self._board: Board | None = None  # a persistent loader's pipes to its workers
@@ -288,12 +294,22 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
 
     def _worker(self) -> tuple[int, int]:
         """(worker id, number of workers) of the process iterating this dataset."""
-        info = self._worker_info_override
-        if info is None:
-            info = get_worker_info()
-            if info is not None:
-                source.check_fork_safety()
-                watchdog.watch_trainer(self._lifecycle.trainer_pid)
+        info, real = self._worker_info_override, get_worker_info()
+        if real is not None:
+            source.check_fork_safety()
+            watchdog.watch_trainer(self._lifecycle.trainer_pid)
+        if info is not None and real is not None:
+            _LOG.warning(
+                "worker_info_override (worker %s of %s) takes precedence over DataLoader worker "
+                "%d of %d: this process reads the override's splits, so workers may read the "
+                "same rows or leave rows out; the override is a testing hook for iterating "
+                "without a DataLoader",
+                info.id,
+                info.num_workers,
+                real.id,
+                real.num_workers,
+            )
+        info = real if info is None else info
         return (0, 1) if info is None else (int(info.id), int(info.num_workers))
 
     def __iter__(self) -> Iterator[Any]:

@@ -34,7 +34,17 @@ _LOG = logging.getLogger("streaming")
 class PositionedDataset:
     """Where one rank stands in one snapshot's plan, and its checkpoints."""
 
-    def __init__(self, options: Options, view: TableView, rank_splits: Sequence[int], *, tag_snapshot: bool):
+    def __init__(
+        self,
+        options: Options,
+        view: TableView,
+        rank_splits: Sequence[int],
+        *,
+        tag_snapshot: bool,
+        exact_splits: Sequence[int] | None = None,
+    ):
+        """``exact_splits``: the splits this process delivers and so counts exactly (by
+        default the rank's); the state gives every other split its lockstep count."""
         self._options = options
         self._view = view
         self._rank_splits = list(rank_splits)
@@ -43,7 +53,7 @@ class PositionedDataset:
             source.protect(view.snapshot)
         self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
-        self._ledger = Ledger(self._rank_splits)
+        self._ledger = Ledger(self._rank_splits if exact_splits is None else exact_splits)
         self._restart()
 
     def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
@@ -299,7 +309,7 @@ class PositionedDataset:
             window_rows=settings.window_rows,
             clump_rows=settings.clump_rows,
             progress=tuple(progress),
-            owned_splits=tuple(self._rank_splits),
+            owned_splits=self._ledger.owned,
             uri=view.snapshot.uri,
             version=view.snapshot.version,
             filter=self._options.filter,

@@ -1,11 +1,15 @@
-"""Rank, world size and a shared seed, from an initialised torch.distributed group."""
+"""Rank, world size and a shared seed, from an initialised torch.distributed group;
+the splits a simulated worker iterates."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["agree", "draw_seed", "require_group", "topology"]
+from ..core.plan import worker_splits
+
+__all__ = ["agree", "draw_seed", "require_group", "simulated_splits", "topology"]
 
 
 def topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -54,3 +58,23 @@ def draw_seed(world_size: int) -> int:
     seed = int.from_bytes(os.urandom(8), "little") >> 12  # 52 bits: exact in any JSON reader
     fix = "pass the same integer shuffle_seed on every rank"
     return agree(seed, world_size=world_size, what="shuffle_seed=None", fix=fix)
+
+
+def simulated_splits(splits: Sequence[int], override: Any, *, world_size: int) -> list[int]:
+    """The splits of ``splits`` (a rank's) that a dataset with ``worker_info_override``
+    iterates: those of worker ``override.id`` of ``override.num_workers``; all of them
+    without an override. They are the only splits whose counts its state knows exactly.
+
+    Raises:
+        ValueError: the override's ``id`` is not a worker of its ``num_workers``, or
+            its ``num_workers`` does not divide the rank's splits.
+    """
+    if override is None:
+        return list(splits)
+    worker, workers = int(override.id), int(override.num_workers)
+    if not 0 <= worker < workers:
+        raise ValueError(
+            f"worker_info_override has id={worker} and num_workers={workers}; pass an id "
+            f"from 0 to num_workers - 1 (and num_workers >= 1)"
+        )
+    return worker_splits(splits, worker=worker, num_workers=workers, world_size=world_size)
