@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dataset.dataset import StreamingDataset
 from ..errors import SeededTransformWarning
 
 __all__ = ["notice", "run_user_init", "warn"]
@@ -48,12 +49,15 @@ def run_user_init(user: Callable[[int], None], worker_id: int) -> None:
 def notice(dataset: Any) -> str | None:
     """Once per worker: why its seeding does not make the transform's draws reproducible,
     when ``worker_init_fn`` seeded a global generator and the transform runs on several
-    threads without ``transform_rng``; else ``None``."""
+    threads without ``transform_rng``; else ``None``. Only a ``StreamingDataset`` is
+    checked (through its package-internal ``options``, see ``dataset.host``)."""
     if not _worker["seeded_by"] or _worker["told"]:
         return None
     _worker["told"] = True
-    options = getattr(dataset, "_options", None)
-    if options is None or options.transform is None or options.transform_rng:
+    if not isinstance(dataset, StreamingDataset):
+        return None
+    options = dataset.options
+    if options.transform is None or options.transform_rng:
         return None
     threads = options.transform_threads
     if threads <= 1:
