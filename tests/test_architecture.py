@@ -444,3 +444,14 @@ def test_an_import_resolves_to_the_module_that_defines_the_name(source, target):
     made_up = with_made_up(MODULES, {"core/made_up.py": source})
     found = [use.target for use in uses(made_up["streaming.core.made_up"], made_up) if use.kind == "package"]
     assert found == [target]
+
+
+def test_a_name_the_root_re_exports_only_lazily_resolves_to_its_home():
+    """The ``_HOMES`` table of the root alone (no ``TYPE_CHECKING`` import) is followed."""
+    root = '_HOMES = {"Made": ".loader.loader"}\n__all__ = ["Made"]'
+    found = uses_with({"__init__.py": root, "core/made_up.py": "from streaming import Made"})
+    imported = [use for use in found if use.path == "core/made_up.py" and use.kind == "package"]
+    assert [use.target for use in imported] == ["streaming.loader.loader"]
+    assert [str(use) for use in imported if points_up(use)] == [
+        "streaming/core/made_up.py:1 (core) imports streaming.loader.loader"
+    ]

@@ -1,11 +1,13 @@
 """``StreamingDataLoader``: worker processes, batch transfer, supervision, frameworks.
 
-``loader`` is the DataLoader subclass, ``settings`` checks its arguments, ``worker``
-is what runs in each worker, ``transfer``/``byvalue`` how batches travel,
-``supervisor`` watches the workers, ``outputs`` explains batches that cannot be
-collated, ``seeding`` notices a seeding ``worker_init_fn``, ``frameworks`` what
-Lightning and Accelerate expect. Imports ``core``, ``read`` and ``dataset``; never
-``mixture`` (a mixture's loader registers itself with ``StreamingDataLoader.serves``).
+``loader`` is the DataLoader subclass, ``settings`` checks its arguments,
+``iterators`` commit each batch as it is returned, ``shares`` and ``assembly`` gather
+the workers' shares into batches, ``worker`` is what runs in each worker,
+``transfer``/``byvalue`` how batches travel, ``supervisor`` watches the workers,
+``outputs`` explains batches that cannot be collated, ``seeding`` notices a seeding
+``worker_init_fn``, ``frameworks`` what Lightning and Accelerate expect. Imports
+``core``, ``read`` and ``dataset``; never ``mixture`` (a mixture's loader registers
+itself with ``StreamingDataLoader.serves``).
 """
 
 __all__: list[str] = []
