@@ -266,6 +266,12 @@ class RemoteSnapshot:
             return self.table.take_offsets(wanted).select([*names, _OFFSET]).to_arrow()
 
         table = self.call(f"take {len(wanted)} rows", take)
+        if _OFFSET not in table.column_names:
+            raise RuntimeError(
+                f"the LanceDB server answered a take of {len(wanted)} offsets of table {self.uri!r} without "
+                f"their {_OFFSET} column, so the rows cannot be checked or ordered; this server does not "
+                "support take_offsets, which reading a remote table needs"
+            )
         got = table.column(_OFFSET).to_numpy().astype(np.int64)
         order = np.argsort(got, kind="stable")
         if len(got) != len(wanted) or not np.array_equal(got[order], np.asarray(wanted, dtype=np.int64)):
