@@ -10,7 +10,8 @@ What it answers (the routes lancedb 0.40's Rust client sends, all ``POST``):
 ``describe`` (version and schema, at a version or the latest; 404 for a missing
 table or version), ``count_rows``, ``query`` (``columns``, ``filter``, ``k``,
 ``offset``, ``with_row_id``; ``_rowoffset IN (...)`` is a take of live-row
-offsets, and ``_rowoffset`` can be selected), ``version/list``. It checks the
+offsets, and ``_rowoffset`` can be selected), ``version/list`` and
+``tags/list|create|delete``. It checks the
 ``x-api-key`` header against ``LANCEDB_STAND_IN_API_KEY`` (401 otherwise).
 
 Control routes (``/_stand_in/...``, never counted): ``stats`` (requests by route,
@@ -248,6 +249,8 @@ class Handler(BaseHTTPRequestHandler):
                 for entry in dataset.versions()
             ]
             self._json(200, {"versions": versions})
+        elif route.startswith("tags/"):
+            self._tags(tables.dataset(name, None), route, body)
         elif route == "query":
             table = answer_query(tables, name, body)
             with self.server.counts.lock:
@@ -255,6 +258,23 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, _arrow_file(table), "application/vnd.apache.arrow.file")
         else:
             self._json(404, {"message": f"the stand-in does not answer {route}"})
+
+    def _tags(self, dataset: Any, route: str, body: dict[str, Any]) -> None:
+        if route == "tags/list":
+            found = dataset.tags.list()
+            self._json(
+                200,
+                {k: {"version": v["version"], "manifestSize": v["manifest_size"]} for k, v in found.items()},
+            )
+            return
+        if route == "tags/create":
+            dataset.tags.create(body["tag"], int(body["version"]))
+        elif route == "tags/delete":
+            dataset.tags.delete(body["tag"])
+        else:
+            self._json(404, {"message": f"the stand-in does not answer {route}"})
+            return
+        self._json(200, {})
 
     def _control(self, command: str, body: dict[str, Any]) -> None:
         counts = self.server.counts

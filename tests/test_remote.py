@@ -21,6 +21,7 @@ from pathlib import Path
 
 import lance
 import lancedb
+import pyarrow as pa
 import pytest
 
 from benchmarks.lancedb_stand_in import FAST_RETRIES, StandIn, running
@@ -33,7 +34,7 @@ from streaming import (
 )
 from streaming.read import remote
 
-from helpers import check_resume_everywhere, ids_of, json_roundtrip, table_data, take
+from helpers import check_resume_everywhere, ids_of, json_roundtrip, plain_transform, table_data, take
 
 API_KEY = "sk-remote-0123456789-never-on-disk"
 ROWS = (50, 40, 30)  # three appends: 120 rows, then some deleted
@@ -177,6 +178,22 @@ def test_a_version_the_server_no_longer_has_is_a_clear_error_at_load(root, serve
         StreamingDataset(latest, num_splits=2, shuffle_seed=4, **SMALL).load_state_dict(state)
 
 
+def test_a_tagged_snapshot_survives_cleanup_on_the_server(root, server):
+    write(root, "tagged")
+    table = server.connect().open_table("tagged")
+    data = StreamingDataset(table, num_splits=2, shuffle_seed=4, tag_snapshot=True, **SMALL)
+    state = json_roundtrip(data.state_dict())
+    assert "lance-streaming-v4" in table.tags.list()
+    local = lance.dataset(str(root / "tagged.lance"))
+    local.delete("id = 0")
+    local.cleanup_old_versions(older_than=timedelta(0), error_if_tagged_old_versions=False)
+    assert [v["version"] for v in local.versions()] == [4, 5]  # the untagged old versions are gone
+    resumed = StreamingDataset(server.connect().open_table("tagged"), num_splits=2, shuffle_seed=4, **SMALL)
+    resumed.load_state_dict(state)
+    assert sorted(ids_of(resumed)) == LIVE
+    assert resumed.release_snapshot() and "lance-streaming-v4" not in table.tags.list()
+
+
 def test_a_mixture_of_a_remote_and_a_local_table(tmp_path, table):
     local = str(tmp_path / "local.lance")
     lance.write_dataset(table_data(10_000, 60), local)
@@ -238,6 +255,38 @@ def test_the_api_key_is_in_no_repr_or_state(table):
     assert API_KEY not in repr(data) + repr(snapshot) + str(snapshot)
     connection, handle = remote.open_remote(table, version=None, factory=None)
     assert API_KEY not in repr(connection) + repr(handle)
+
+
+def test_unshuffled_it_reads_what_the_local_table_reads_transformed_and_packed(root, server, table):
+    """Without a shuffle the plan is storage order for both: the remote table gives exactly the
+    local table's samples, through a transform and packed into blocks too."""
+    local = str(root / "train.lance")
+    for options in ({"transform": plain_transform}, {"columns": ["text"], "transform": plain_transform}):
+        remote_samples = list(StreamingDataset(table, num_splits=2, shuffle=False, **SMALL, **options))
+        local_samples = list(StreamingDataset(local, num_splits=2, shuffle=False, **SMALL, **options))
+        assert remote_samples == local_samples and len(remote_samples) == len(LIVE)
+    database = lancedb.connect(str(root))
+    tokens = [[1000 * i + j for j in range(i % 7)] for i in range(90)]
+    database.create_table("docs", pa.table({"tokens": pa.array(tokens, pa.list_(pa.int32()))}))
+    packing = {"columns": ["tokens"], "pack_sequences": 16, "eos_id": 1, "pad_id": 0, "blocks_per_epoch": 20}
+    remote_docs = server.connect().open_table("docs")
+    blocks = [
+        [
+            b["input_ids"].tolist()
+            for b in StreamingDataset(source, num_splits=2, shuffle=False, **SMALL, **packing)
+        ]
+        for source in (remote_docs, str(root / "docs.lance"))
+    ]
+    assert blocks[0] == blocks[1] and len(blocks[0]) == 20
+
+
+def test_an_endless_remote_dataset_moves_through_epochs(table):
+    data = StreamingDataset(table, num_splits=4, shuffle_seed=8, endless=True, **SMALL)
+    iterator = iter(data)
+    for epoch in range(2):
+        assert take(iterator, len(LIVE)) == ids_of(
+            StreamingDataset(table, num_splits=4, shuffle_seed=8, epoch=epoch, **SMALL)
+        )
 
 
 RANK_SCRIPT = Path(__file__).with_name("remote_rank.py")
