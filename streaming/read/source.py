@@ -126,6 +126,11 @@ def open_table(
     """
     _mark_used()
     if remote.is_remote(table):
+        if storage_options:
+            raise ValueError(
+                "storage_options= does not apply to a remote LanceDB table (its server reads the storage); "
+                "leave it out: the table's connection settings reach every process by themselves"
+            )
         connection, handle = remote.open_remote(table, version=version, factory=connection_factory)
         snapshot = Snapshot(connection.uri, handle.version, table_name=connection.name, remote=connection)
         _remember(_key(snapshot), handle)
