@@ -212,8 +212,24 @@ def test_a_mixture_of_a_remote_and_a_local_table(tmp_path, table):
     assert {i for i in ids if i >= 10_000} <= set(range(10_000, 10_060))
 
 
-def test_an_evaluation_loader_passes_every_row_each_time(table):
-    data = StreamingDataset(table, num_splits=2, shuffle=False, evaluation=True, **SMALL)
+class OpenWith:
+    """A picklable ``connection_factory``: every process connects to the stand-in itself."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def __call__(self, name: str):
+        return lancedb.connect("db://bench", api_key=API_KEY, host_override=self.host).open_table(name)
+
+
+def test_an_evaluation_loader_with_a_connection_factory_passes_every_row_each_time(server, table):
+    """Persistent workers serve two evaluation passes; every process opens the table through
+    the user's ``connection_factory`` (no serialized connection travels)."""
+    factory = OpenWith(server.host)
+    assert remote.open_remote(table, version=None, factory=factory)[0].state is None
+    data = StreamingDataset(
+        table, num_splits=2, shuffle=False, evaluation=True, connection_factory=factory, **SMALL
+    )
     loader = StreamingDataLoader(data, batch_size=6, num_workers=2, persistent_workers=True)
     for _ in range(2):
         ids = [int(i) for batch in loader for i in batch["id"]]
