@@ -252,12 +252,18 @@ def test_transient_faults_are_retried_and_logged_nothing_lost_or_repeated(server
     assert any("retrying" in record.getMessage() for record in caplog.records)
 
 
-def test_a_refused_key_and_a_missing_table_are_clear_errors_at_construction(root, server):
+def test_what_cannot_succeed_is_a_clear_error_at_construction(root, server):
+    """A refused key, a connection that cannot travel, storage_options, a missing table."""
     table = server.connect().open_table("train")
     server.fault("describe", count=1, status=401)
     with pytest.raises(PermissionError, match=r"refused the API key.*pass a valid api_key") as refused:
         StreamingDataset(table, num_splits=2)
     assert API_KEY not in str(refused.value)
+    from lancedb.remote.header import StaticHeaderProvider
+
+    provided = server.connect(client_config={"header_provider": StaticHeaderProvider({"x-team": "a"})})
+    with pytest.raises(ValueError, match=r"cannot be reopened in other processes.*pass connection_factory="):
+        StreamingDataset(provided.open_table("train"), num_splits=2)
     with pytest.raises(ValueError, match="storage_options= does not apply to a remote LanceDB table"):
         StreamingDataset(table, num_splits=2, storage_options={"aws_region": "us-east-1"})
     write(root, "dropped")

@@ -111,9 +111,12 @@ class Connection:
 
 def remote_uri(table: Any) -> str:
     """The URI a state records for a remote table: ``db://DATABASE/[NAMESPACE/]NAME``, no secret."""
-    state = table.__getstate__()
-    namespace = "".join(f"{part}/" for part in state.get("namespace_path") or ())
-    return f"db://{state['db_name']}/{namespace}{state['name']}"
+    try:
+        path = table.__getstate__().get("namespace_path") or ()
+    except (RuntimeError, ValueError):  # a connection that cannot travel (it needs a connection_factory)
+        path = ()
+    namespace = "".join(f"{part}/" for part in path)
+    return f"db://{table.db_name}/{namespace}{table.name}"
 
 
 def _connection(table: Any, factory: Callable[[str], Any] | None) -> Connection:
