@@ -14,9 +14,9 @@ import shutil
 import socket
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from datetime import timedelta
+from itertools import chain
 from pathlib import Path
 
 import lance
@@ -26,7 +26,6 @@ import pytest
 
 from benchmarks.lancedb_stand_in import FAST_RETRIES, StandIn, running
 from streaming import (
-    EpochCompleteWarning,
     SnapshotGoneError,
     StreamingDataLoader,
     StreamingDataset,
@@ -108,34 +107,41 @@ def test_resume_after_any_sample_is_exact(table):
     )
 
 
-@pytest.mark.parametrize("cycles", [1, 9])
-def test_resume_on_one_then_two_then_three_ranks(table, cycles):
-    """1 -> 2 -> 3 ranks through merged states: every row of the epoch exactly once."""
-    splits = 6
+@pytest.mark.parametrize("steps", [1, 4, 9])
+def test_resume_on_one_then_two_then_three_ranks(table, steps):
+    """Global batches of 12 over 6 splits: 1 rank stops after ``steps`` batches, 2 ranks
+    resume from its loader's state and stop 2 steps later, 3 ranks finish from the merged
+    states. Every row of the epoch exactly once, and every global step the step an
+    uninterrupted run makes."""
+    splits, global_batch = 6, 12
 
-    def ranks(world: int) -> list[StreamingDataset]:
+    def loaders(world: int) -> list[StreamingDataLoader]:
         return [
-            StreamingDataset(table, num_splits=splits, shuffle_seed=2, rank=r, world_size=world, **SMALL)
+            StreamingDataLoader(
+                StreamingDataset(table, num_splits=splits, shuffle_seed=2, rank=r, world_size=world, **SMALL),
+                batch_size=global_batch // world,
+            )
             for r in range(world)
         ]
 
-    delivered: list[int] = []
-    state = None
-    for world in (1, 2, 3):
-        datasets = ranks(world)
-        for data in datasets:
-            if state is not None:
-                data.load_state_dict(json_roundtrip(state))
-            iterator = iter(data)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", EpochCompleteWarning)
-                delivered += (
-                    take(iterator, min(cycles * splits // world, len(data))) if world < 3 else ids_of(data)
-                )
-            iterator.close()
-        state = StreamingDataset.merge_state_dicts([json_roundtrip(d.state_dict()) for d in datasets])
-    length = datasets[0].split_length
-    assert len(delivered) == len(set(delivered)) == splits * length
+    whole = [sorted(int(i) for i in batch["id"]) for batch in loaders(1)[0]]
+    delivered: list[list[int]] = []
+    states = None
+    for world, stop in ((1, steps), (2, steps + 2), (3, None)):
+        ranks = loaders(world)
+        merged = None if states is None else StreamingDataset.merge_state_dicts(states)
+        per_rank = []
+        for loader in ranks:
+            if merged is not None:
+                loader.load_state_dict(json_roundtrip(merged))
+            batches = iter(loader)
+            count = len(loader) if stop is None else min(stop - len(delivered), len(loader))
+            per_rank.append([[int(i) for i in next(batches)["id"]] for _ in range(count)])
+        delivered += [sorted(chain.from_iterable(step)) for step in zip(*per_rank, strict=True)]
+        states = [json_roundtrip(loader.state_dict()) for loader in ranks]
+    assert delivered == whole
+    every = list(chain.from_iterable(delivered))
+    assert len(every) == len(set(every)) == 114  # 6 splits of 19: all delivered once
 
 
 def test_a_filter_is_one_narrow_query(server, table):
