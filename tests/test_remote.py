@@ -74,17 +74,21 @@ def table(server: StandIn):
 
 
 def test_one_epoch_is_exact_and_every_worker_count_gives_the_same_batches(server, table):
-    """G1, G3: every live row once, for k = 0 and 2, the same global batches."""
+    """G1, G3: every live row once, for k = 0 and 2, the same global batches, each row
+    fetched from the server once."""
     server.reset()
     data = StreamingDataset(table, num_splits=4, shuffle_seed=7, **SMALL)
     assert data.state_dict()["table"] == {"uri": "db://bench/train", "version": 4}
     assert server.stats()["requests"].get("query", 0) == 0  # no row-id scan at start-up
-    batches = {}
+    batches, served = {}, {}
     for workers in (0, 2):
         data = StreamingDataset(table, num_splits=4, shuffle_seed=7, **SMALL)
         loader = StreamingDataLoader(data, batch_size=8, num_workers=workers)
+        server.reset()
         batches[workers] = [sorted(int(i) for i in batch["id"]) for batch in loader]
+        served[workers] = server.stats()["rows"]
     assert batches[0] == batches[2]
+    assert served == {0: len(LIVE), 2: len(LIVE)}  # each row fetched once: workers read only their splits
     assert sorted(i for batch in batches[0] for i in batch) == LIVE  # 116 rows, 4 splits: none left out
 
 
