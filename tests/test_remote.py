@@ -233,14 +233,16 @@ class OpenWith:
 
 
 def test_an_evaluation_loader_with_a_connection_factory_passes_every_row_each_time(server, table):
-    """Persistent workers serve two evaluation passes; every process opens the table through
+    """Persistent spawn workers serve two evaluation passes; every process opens the table through
     the user's ``connection_factory`` (no serialized connection travels)."""
     factory = OpenWith(server.host)
     assert remote.open_remote(table, version=None, factory=factory)[0].state is None
     data = StreamingDataset(
         table, num_splits=2, shuffle=False, evaluation=True, connection_factory=factory, **SMALL
     )
-    loader = StreamingDataLoader(data, batch_size=6, num_workers=2, persistent_workers=True)
+    loader = StreamingDataLoader(
+        data, batch_size=6, num_workers=2, persistent_workers=True, multiprocessing_context="spawn"
+    )
     for _ in range(2):
         ids = [int(i) for batch in loader for i in batch["id"]]
         assert sorted(ids) == LIVE
