@@ -20,6 +20,7 @@ NAMES = (
     "workerpath",
     "remote",
     "remote-cache",
+    "remote-table",
     "gpu",
 )
 """Sections other commands write, in the order they follow the main document."""

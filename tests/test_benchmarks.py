@@ -69,11 +69,12 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     assert "# old" not in text and text.rstrip().endswith(KEPT), "the other commands' sections are kept"
 
 
-def run_section(tmp_path: Path, name: str, *args: str) -> tuple[str, str]:
+def run_section(tmp_path: Path, name: str, *args: str, section: str | None = None) -> tuple[str, str]:
     """Run ``python -m benchmarks.<name> args --out F`` on a file with other sections
-    around ``name``'s; check only that section changed; return (file text, stdout)."""
+    around ``name``'s (or ``section``'s); check only that section changed; return (file text, stdout)."""
     out = tmp_path / "b.md"
-    out.write_text(f"# Kept\n\n<!-- {name}:begin -->\nold\n<!-- {name}:end -->\n\n## Also kept\n")
+    marker = section or name
+    out.write_text(f"# Kept\n\n<!-- {marker}:begin -->\nold\n<!-- {marker}:end -->\n\n## Also kept\n")
     command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--out", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -147,3 +148,16 @@ def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> Non
             f"the steady state must end before the epoch: {cells}"
         )
     assert "## GPU-fed training" in stdout and "device CPU" in text
+
+
+def test_remote_table_benchmark_measures_both_worker_counts_against_local(tmp_path: Path) -> None:
+    """A small table behind no latency: the four cases with their requests, the three
+    targets judged for k=0 and 2, the start-up lines (filter, the peer's scan, 100M plan)."""
+    args = ("--rows", "20000", "--latency-ms", "0")
+    text, _ = run_section(tmp_path, "remote_table", *args, section="remote-table")
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| local", "| remote"))]
+    assert [cells[0].strip() for cells in rows] == ["local, k=0", "remote, k=0", "local, k=2", "remote, k=2"]
+    assert all(float(cells[4]) > 0 for cells in rows if "remote" in cells[0]), rows  # requests counted
+    judged = [line for line in text.splitlines() if line.startswith("- k=")]
+    assert len(judged) == 2 and all(line.count("PASS") + line.count("FAIL") == 3 for line in judged), judged
+    assert "1 query (the matching offsets" in text and "The peer's start-up scans every row id" in text

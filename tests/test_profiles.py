@@ -46,7 +46,7 @@ def test_auto_picks_by_scheme(uri, expected):
 @pytest.mark.parametrize("bad", ["fast", "", None, 3, "Remote"])
 def test_an_unknown_profile_names_field_value_and_choices(bad):
     with pytest.raises(
-        ValueError, match=r"storage_profile must be 'auto', 'local' or 'remote', got"
+        ValueError, match=r"storage_profile must be 'auto', 'local', 'remote' or 'lancedb-server', got"
     ) as error:
         choose_profile(bad, "s3://b/t.lance")
     assert repr(bad) in str(error.value)
@@ -191,7 +191,9 @@ def test_a_storage_profile_is_one_registry_entry(monkeypatch):
     assert choose_profile("nfs", "/t.lance") is nfs
     assert choose_profile("auto", "s3://b/t.lance").name == "remote"
     assert choose_profile("auto", "/t.lance").name == "local"
-    with pytest.raises(ValueError, match=r"storage_profile must be 'auto', 'local', 'remote' or 'nfs', got"):
+    assert choose_profile("auto", "db://bench/train").name == "lancedb-server"
+    choices = r"'auto', 'local', 'remote', 'lancedb-server' or 'nfs'"
+    with pytest.raises(ValueError, match=rf"storage_profile must be {choices}, got"):
         choose_profile("fast", "/t.lance")
     sized_nfs = sized(nfs, 1024)
     assert (sized_nfs.block_rows, sized_nfs.shuffle_buffer_size) == (1024, 128 * 1024), "1 MiB blocks"

@@ -3,7 +3,9 @@
 A local disk answers a small read in microseconds, so small blocks (good mixing
 from a small buffer) cost little. Object storage answers each request after tens
 of milliseconds and charges for it, so a remote table is read in larger blocks,
-and a larger shuffle buffer keeps the mixing. ``storage_profile="auto"`` picks by
+and a larger shuffle buffer keeps the mixing. A table on a LanceDB server
+(``db://``) is read the same way, in takes of up to ``take_rows`` rows each (one
+request). ``storage_profile="auto"`` picks by
 the table's URI; explicit ``block_rows`` / ``shuffle_buffer_size`` always win.
 
 Pure: no torch, no Lance.
@@ -73,6 +75,15 @@ PROFILES = {
             schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
             block_bytes=BLOCK_BYTES,
         ),
+        Profile(
+            "lancedb-server",
+            block_rows=2_048,
+            shuffle_buffer_size=262_144,
+            min_io_threads=16,
+            take_rows=8_192,
+            schemes=("db",),
+            block_bytes=BLOCK_BYTES,
+        ),
     )
 }
 """Every storage profile, by name."""
@@ -99,7 +110,8 @@ def choose_profile(storage_profile: object, uri: str) -> Profile:
     *names, last = [repr(name) for name in (AUTO, *PROFILES)]
     raise ValueError(
         f"storage_profile must be {', '.join(names)} or {last}, got {storage_profile!r}; 'auto' "
-        "picks 'remote' for object-store URIs (s3://, gs://, az://) and 'local' otherwise"
+        "picks 'remote' for object-store URIs (s3://, gs://, az://), 'lancedb-server' for a table "
+        "on a LanceDB server (db://) and 'local' otherwise"
     )
 
 

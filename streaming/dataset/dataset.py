@@ -88,8 +88,11 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
     Not guaranteed: the order of samples inside one rank's batch across world sizes.
 
     Args:
-        table: A LanceDB table, a ``lance.LanceDataset``, or a dataset URI (local
-            path, ``s3://``, ``gs://``, ``az://``).
+        table: A LanceDB table (embedded, or remote: a table of
+            ``lancedb.connect("db://...", api_key=...)`` on LanceDB Cloud or
+            Enterprise, read through the server's API with the same guarantees), a
+            ``lance.LanceDataset``, or a dataset URI (local path, ``s3://``,
+            ``gs://``, ``az://``).
         num_splits: S, fixed for the whole run; defaults to ``world_size``. Must be a
             multiple of ``world_size`` (and of ``world_size * num_workers``).
         shuffle: Shuffle fragments, blocks and rows within windows; ``False`` gives
@@ -143,7 +146,8 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             splits their lockstep counts, so one such state, or the merge of every
             worker's, resumes every worker. Inside a real DataLoader worker the
             override still wins and a ``WARNING`` is logged.
-        version: Lance version to read; defaults to the latest at construction.
+        version: Lance version to read (a remote table's version on its server);
+            defaults to the latest at construction.
         storage_options: Object-store options (credentials); never stored in a state.
         block_rows: Consecutive rows read and shuffled as one block; ``None``: the
             storage profile's (64 local; remote: the most rows, a power of two,
@@ -156,7 +160,9 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             1 to 2 MiB, which object storage needs to be fast and cheap, a buffer
             of 128 blocks to keep the mixing, at least 16 read threads and one
             Lance take per fragment), or ``"auto"`` (default): ``"remote"`` for
-            object-store URIs (``s3://``, ``gs://``, ``az://``), else ``"local"``.
+            object-store URIs (``s3://``, ``gs://``, ``az://``),
+            ``"lancedb-server"`` (the same sizes, takes of 8,192 rows) for a remote
+            LanceDB table, else ``"local"``.
             A dataset whose block and buffer sizes came from its profile adopts a
             checkpoint's (``load_state_dict``), so a table copied between local
             disk and a bucket resumes exactly; see docs/object-storage.md.

@@ -57,7 +57,7 @@ _LOCK = threading.Lock()
 def cacheable(uri: str) -> bool:
     """True for a table on object storage (a local table gains nothing from a copy)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return scheme not in _LOCAL_SCHEMES
+    return scheme not in _LOCAL_SCHEMES and scheme != "db"  # db://: a LanceDB server's table has no files
 
 
 def reading(

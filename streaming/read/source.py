@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from ..core.profiles import PROFILES
 from ..errors import SnapshotGoneError
+from . import remote
 
 __all__ = [
     "FilterIndex",
@@ -60,10 +61,14 @@ class Snapshot:
     storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
     table_name: str | None = field(default=None, compare=False)
     connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
+    remote: remote.Connection | None = field(default=None, repr=False, compare=False)
+    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table."""
 
     def at_version(self, version: int) -> Snapshot:
         """The same table at another version."""
-        return Snapshot(self.uri, version, self.storage_options, self.table_name, self.connection_factory)
+        return Snapshot(
+            self.uri, version, self.storage_options, self.table_name, self.connection_factory, self.remote
+        )
 
 
 def check_fork_safety() -> None:
@@ -116,9 +121,20 @@ def open_table(
 
     Returns the snapshot (pinned to ``version``, default the latest now) and an open
     handle to it for this process. Without ``storage_options`` the snapshot takes
-    those the handle was opened with (``handle_options``).
+    those the handle was opened with (``handle_options``). A table on a LanceDB
+    server (``read/remote.py``) is pinned by its version on the server.
     """
     _mark_used()
+    if remote.is_remote(table):
+        if storage_options:
+            raise ValueError(
+                "storage_options= does not apply to a remote LanceDB table (its server reads the storage); "
+                "leave it out: the table's connection settings reach every process by themselves"
+            )
+        connection, handle = remote.open_remote(table, version=version, factory=connection_factory)
+        snapshot = Snapshot(connection.uri, handle.version, table_name=connection.name, remote=connection)
+        _remember(_key(snapshot), handle)
+        return snapshot, handle
     table_name = None
     if hasattr(table, "to_lance") and hasattr(table, "name"):
         table_name = str(table.name)
@@ -153,6 +169,8 @@ _LANCE_SET = ("user_agent",)
 
 def table_uri(table: Any) -> str:
     """The URI of a LanceDB table, a ``lance.LanceDataset`` or a URI, without opening anything."""
+    if remote.is_remote(table):
+        return remote.remote_uri(table)
     uri = getattr(table, "uri", None)
     if isinstance(uri, str):
         return uri
@@ -223,7 +241,10 @@ def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Any:
     key = _key(snapshot)
     handle = None if fresh else _HANDLES.get(key)
     if handle is None:
-        if snapshot.connection_factory is not None and snapshot.table_name is not None:
+        if snapshot.remote is not None:
+            _mark_used()
+            handle = remote.RemoteSnapshot(snapshot.remote, snapshot.version)
+        elif snapshot.connection_factory is not None and snapshot.table_name is not None:
             _mark_used()
             latest = snapshot.connection_factory(snapshot.table_name).to_lance()
             handle = _open_dataset(str(latest.uri), snapshot.version, snapshot.storage_options)
@@ -402,6 +423,8 @@ def tag_name(version: int) -> str:
 
 def latest_version(snapshot: Snapshot) -> int:
     """The newest version of the snapshot's table now."""
+    if snapshot.remote is not None:
+        return snapshot.remote.latest()
     if snapshot.connection_factory is not None and snapshot.table_name is not None:
         _mark_used()
         return int(snapshot.connection_factory(snapshot.table_name).to_lance().version)
