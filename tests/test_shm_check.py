@@ -52,6 +52,7 @@ def test_a_killed_worker_leaks():
     reader, writer = context.Pipe(duplex=False)
     worker = context.Process(target=hold_until_killed, args=(writer,))
     worker.start()
+    writer.close()  # so that a worker that died first makes recv() raise, not wait
     try:
         name = reader.recv()
     finally:
