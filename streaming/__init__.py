@@ -13,9 +13,11 @@ if TYPE_CHECKING:
     from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
+        CacheUnusedWarning,
         CacheWarning,
         EpochCompleteWarning,
         PackingEstimateWarning,
+        PartialStateWarning,
         SeededTransformWarning,
         SnapshotGoneError,
         StreamingWarning,
@@ -29,9 +31,11 @@ if TYPE_CHECKING:
     from .mixture.mixture import StreamingMixture
 
 __all__ = [
+    "CacheUnusedWarning",
     "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
+    "PartialStateWarning",
     "SeededTransformWarning",
     "SnapshotGoneError",
     "StreamingDataLoader",
@@ -51,9 +55,11 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",
+    "PartialStateWarning": ".errors",
     "SeededTransformWarning": ".errors",
     "SnapshotGoneError": ".errors",
     "StreamingDataLoader": ".loader.loader",
