@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
+    from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
 
@@ -37,6 +38,8 @@ __all__ = [
     "StreamingDataLoader",
     "StreamingDataset",
     "StreamingMixture",
+    "StreamingTrainerCallback",
+    "StreamingTrainerMixin",
     "StreamingWarning",
     "TableMovedWarning",
     "TorchrunStoreWarning",
@@ -59,6 +62,8 @@ _HOMES = {
     "StreamingDataLoader": ".loader.loader",
     "StreamingDataset": ".dataset.dataset",
     "StreamingMixture": ".mixture.mixture",
+    "StreamingTrainerCallback": ".loader.hf",
+    "StreamingTrainerMixin": ".loader.hf",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "TorchrunStoreWarning": ".errors",
