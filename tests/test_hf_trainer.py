@@ -182,3 +182,11 @@ def test_a_changed_batch_size_is_refused_on_resume(uri, tmp_path):
         crash_and_resume(
             uri, tmp_path, workers=0, crash=22, first=eights, then=fours, max_steps=30, save_steps=10
         )
+
+
+def test_an_older_transformers_asks_for_ignore_data_skip(uri, tmp_path, monkeypatch):
+    """A Trainer without get_resumed_dataloader (before 5.25) would skip by rebuilding the
+    loader: the resume stops at once and names ignore_data_skip=True."""
+    monkeypatch.delattr(Trainer, "get_resumed_dataloader")
+    with pytest.raises(RuntimeError, match=r"pass TrainingArguments\(ignore_data_skip=True\)"):
+        crash_and_resume(uri, tmp_path, workers=0, crash=12, max_steps=15, save_steps=10)

@@ -71,6 +71,9 @@ class StreamingTrainerCallback(TrainerCallback, ExportableState):  # type: ignor
         ValueError: at the start of a resumed run whose checkpoint holds no loader
             state (it was saved without this callback), unless
             ``ignore_data_skip=True`` asks to start the epoch over.
+        RuntimeError: at the start of a run resumed in the middle of an epoch by a
+            ``transformers`` older than 5.25 (no ``get_resumed_dataloader``) without
+            ``ignore_data_skip=True``: the Trainer would rebuild the loader to skip.
     """
 
     def __init__(self) -> None:
@@ -106,10 +109,30 @@ class StreamingTrainerCallback(TrainerCallback, ExportableState):  # type: ignor
             )
         self.loader.load_state_dict(saved)
         self.restored = True
+        if not args.ignore_data_skip and not _has_resume_hook() and delivered_batches(self.loader):
+            raise RuntimeError(
+                f"transformers {_version()} has no Trainer.get_resumed_dataloader (5.25 and later "
+                "have it), so the Trainer would rebuild the loader to skip the batches it already "
+                "trained; pass TrainingArguments(ignore_data_skip=True): the loader resumes from its "
+                f"own state ({_GUIDE})"
+            )
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Forget the loader: a later ``train()`` finds its own."""
         self.loader = None
+
+
+def _has_resume_hook() -> bool:
+    """Whether the Trainer asks ``get_resumed_dataloader`` for the resumed loader."""
+    from transformers import Trainer
+
+    return hasattr(Trainer, "get_resumed_dataloader")
+
+
+def _version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
 
 
 def _saved_state(entry: Any) -> dict[str, Any] | None:
@@ -135,6 +158,9 @@ class StreamingTrainerMixin:
     trained once across the run that saved the checkpoint (up to it) and the
     resumed run, with any ``num_workers`` of the loader and any
     ``gradient_accumulation_steps``. Other loaders are left to the Trainer.
+    Needs ``transformers`` 5.25 or later (``get_resumed_dataloader``); with an older
+    one, pass ``TrainingArguments(ignore_data_skip=True)`` and the loader resumes
+    from its own state all the same.
 
     Raises:
         ValueError: on resume, when the loader's position in its epoch is not the
