@@ -164,8 +164,9 @@ class StreamingTrainerMixin:
 
     Raises:
         ValueError: on resume, when the loader's position in its epoch is not the
-            number of batches the Trainer counts as trained (the batch size or
-            ``gradient_accumulation_steps`` changed since the checkpoint).
+            number of batches the Trainer counts as trained (the batch size,
+            ``gradient_accumulation_steps`` or the number of processes changed since
+            the checkpoint).
         RuntimeError: on resume, when the loader's state was not restored.
     """
 
@@ -192,9 +193,8 @@ class StreamingTrainerMixin:
             raise ValueError(
                 f"the Trainer resumes {num_batches} batches into the epoch but the "
                 f"StreamingDataLoader's state stands {delivered} batches of {dataloader.batch_size} "
-                "into it; per_device_train_batch_size, the loader's batch_size or "
-                "gradient_accumulation_steps changed since the checkpoint: resume with the "
-                "settings that saved it"
+                "into it: the loader's batch_size, gradient_accumulation_steps or the number of "
+                "processes changed since the checkpoint; resume with the settings that saved it"
             )
         return dataloader
 
