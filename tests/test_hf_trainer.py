@@ -190,3 +190,22 @@ def test_an_older_transformers_asks_for_ignore_data_skip(uri, tmp_path, monkeypa
     monkeypatch.delattr(Trainer, "get_resumed_dataloader")
     with pytest.raises(RuntimeError, match=r"pass TrainingArguments\(ignore_data_skip=True\)"):
         crash_and_resume(uri, tmp_path, workers=0, crash=12, max_steps=15, save_steps=10)
+
+
+def test_two_processes_resume_exactly(uri, tmp_path):
+    """Two gloo processes (as torchrun starts them), batches of 4, a crash after step 12,
+    resumed from step 10: the checkpoint holds the main process's state, both ranks load
+    it, and the two runs train every planned row of the epoch once."""
+    from test_distributed import launch_script
+
+    script = Path(__file__).with_name("hf_rank.py")
+    trained: list[int] = []
+    for phase, kept in (("first", 10), ("second", None)):
+        codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}", f"--phase={phase}")
+        assert codes == [0, 0], "\n".join(outputs)
+        for rank in range(2):
+            batches = json.loads((tmp_path / f"{phase}-{rank}.json").read_text())
+            assert len(batches) == (12 if phase == "first" else 5), (phase, rank, len(batches))
+            trained += [i for batch in batches[:kept] for i in batch]
+    planned = [i for batch in reference(uri, EPOCH_BATCHES) for i in batch]
+    assert sorted(trained) == sorted(planned), "rows trained twice or never"
