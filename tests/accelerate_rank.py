@@ -1,10 +1,10 @@
 """One rank of an Accelerate job on CPU (gloo), launched by ``tests/test_accelerate.py``.
 
-``--phase first`` trains 5 steps and calls ``save_state`` (every rank writes its
-loader's state to the same ``dl_state_dict.bin``); ``--phase second`` calls
-``load_state`` and trains to the end of the epoch. Each rank writes the ids of its
-batches, and in the first phase the splits its own state and the saved file own,
-to ``OUT/<phase>-<rank>.json``.
+One run trains 5 steps and calls ``save_state`` (every rank writes its loader's
+state to the same ``dl_state_dict.bin``); a fresh Accelerator, model and loader then
+call ``load_state`` and train to the end of the epoch. Each rank writes the ids of
+its batches, the splits its own state owns and those of the saved file to
+``OUT/<rank>.json``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def parse() -> argparse.Namespace:
@@ -22,7 +23,6 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--phase", choices=["first", "second"], required=True)
     return parser.parse_args()
 
 
@@ -41,25 +41,26 @@ def main() -> None:
     from accelerate import Accelerator
     from test_accelerate import make_loader, train
 
-    accelerator = Accelerator(cpu=True)
-    model = torch.nn.Linear(1, 1)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loader = make_loader(args.uri, 0)
-    model, optimizer, batches = accelerator.prepare(model, optimizer, loader)
-    seen: list[list[int]] = []
-    report: dict[str, object] = {"world": accelerator.num_processes}
-    folder = args.out / "ckpt"
-    if args.phase == "first":
-        train(accelerator, model, optimizer, batches, seen, steps=5)
-        accelerator.save_state(str(folder))
-        accelerator.wait_for_everyone()
-        saved = torch.load(folder / "dl_state_dict.bin", weights_only=False)
-        report |= {"own": loader.state_dict()["owned_splits"], "file": saved["owned_splits"]}
-    else:
-        accelerator.load_state(str(folder))
-        train(accelerator, model, optimizer, batches, seen)
+    def prepared() -> tuple[Any, ...]:
+        accelerator = Accelerator(cpu=True)
+        model = torch.nn.Linear(1, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+        loader = make_loader(args.uri, 0)
+        return accelerator, loader, *accelerator.prepare(model, optimizer, loader)
+
+    folder, seen = args.out / "ckpt", []
+    accelerator, loader, model, optimizer, batches = prepared()
+    train(accelerator, model, optimizer, batches, seen, steps=5)
+    accelerator.save_state(str(folder))
+    accelerator.wait_for_everyone()
+    saved = torch.load(folder / "dl_state_dict.bin", weights_only=False)
+    report = {"world": accelerator.num_processes, "own": loader.state_dict()["owned_splits"]}
+    report["file"] = saved["owned_splits"]
+    accelerator, loader, model, optimizer, batches = prepared()  # after a crash
+    accelerator.load_state(str(folder))
+    train(accelerator, model, optimizer, batches, seen)
     report["seen"] = seen
-    (args.out / f"{args.phase}-{args.rank}.json").write_text(json.dumps(report))
+    (args.out / f"{args.rank}.json").write_text(json.dumps(report))
 
 
 if __name__ == "__main__":

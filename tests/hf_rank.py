@@ -1,13 +1,14 @@
 """One rank of a Hugging Face ``Trainer`` job on CPU (gloo), launched by ``tests/test_hf_trainer.py``.
 
-``--phase first`` trains with checkpoints every 5 steps and crashes after step 12;
-``--phase second`` resumes from the last checkpoint. Each rank writes the ids of the
-batches it trained to ``OUT/<phase>-<rank>.json``.
+A first Trainer saves checkpoints every 5 steps and crashes after step 12; a fresh
+Trainer (and model) then resumes from the last checkpoint. Each rank writes the ids
+of the batches each run trained to ``OUT/<run>-<rank>.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,6 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--phase", choices=["first", "second"], required=True)
     return parser.parse_args()
 
 
@@ -38,15 +38,13 @@ def main() -> None:
     from test_hf_trainer import Crash, CrashAfter, Recorder, arguments, trainer_class
 
     options = {"max_steps": 15, "save_steps": 5, "ddp_backend": "gloo"}
-    make, model = trainer_class(args.uri, 0, batch=4), Recorder()
-    try:
-        if args.phase == "first":
-            make(model=model, args=arguments(args.out / "run", **options), callbacks=[CrashAfter(12)]).train()
-        else:
-            make(model=model, args=arguments(args.out / "run", **options)).train(resume_from_checkpoint=True)
-    except Crash:
-        pass
-    (args.out / f"{args.phase}-{args.rank}.json").write_text(json.dumps(model.seen))
+    make, folder = trainer_class(args.uri, 0, batch=4), args.out / "run"
+    crashed, resumed = Recorder(), Recorder()
+    with contextlib.suppress(Crash):
+        make(model=crashed, args=arguments(folder, **options), callbacks=[CrashAfter(12)]).train()
+    make(model=resumed, args=arguments(folder, **options)).train(resume_from_checkpoint=True)
+    for run, model in (("first", crashed), ("second", resumed)):
+        (args.out / f"{run}-{args.rank}.json").write_text(json.dumps(model.seen))
 
 
 if __name__ == "__main__":

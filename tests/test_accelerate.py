@@ -102,15 +102,12 @@ def test_two_processes_share_one_state_file_and_resume_exactly(uri, tmp_path):
     from helpers import ids_of
 
     script = Path(__file__).with_name("accelerate_rank.py")
-    delivered: list[int] = []
-    for phase in ("first", "second"):
-        codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}", f"--phase={phase}")
-        assert codes == [0, 0], "\n".join(outputs)
-        reports = [json.loads((tmp_path / f"{phase}-{rank}.json").read_text()) for rank in range(2)]
-        assert all(report["world"] == 2 for report in reports)
-        if phase == "first":
-            owned = [report["own"] for report in reports]
-            assert owned == [[0, 2], [1, 3]] and reports[0]["file"] == reports[1]["file"] in owned
-        delivered += [i for report in reports for batch in report["seen"] for i in batch]
+    codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}")
+    assert codes == [0, 0], "\n".join(outputs)
+    reports = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert [report["world"] for report in reports] == [2, 2]
+    owned = [report["own"] for report in reports]
+    assert owned == [[0, 2], [1, 3]] and reports[0]["file"] == reports[1]["file"] in owned
+    delivered = [i for report in reports for batch in report["seen"] for i in batch]
     data = StreamingDataset(uri, num_splits=4, shuffle_seed=5, block_rows=4, shuffle_buffer_size=32)
     assert sorted(delivered) == sorted(ids_of(data)), "rows delivered twice or never"

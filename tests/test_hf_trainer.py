@@ -199,13 +199,56 @@ def test_two_processes_resume_exactly(uri, tmp_path):
     from test_distributed import launch_script
 
     script = Path(__file__).with_name("hf_rank.py")
+    codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}")
+    assert codes == [0, 0], "\n".join(outputs)
     trained: list[int] = []
-    for phase, kept in (("first", 10), ("second", None)):
-        codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}", f"--phase={phase}")
-        assert codes == [0, 0], "\n".join(outputs)
+    for run, count, kept in (("first", 12, 10), ("second", 5, None)):
         for rank in range(2):
-            batches = json.loads((tmp_path / f"{phase}-{rank}.json").read_text())
-            assert len(batches) == (12 if phase == "first" else 5), (phase, rank, len(batches))
+            batches = json.loads((tmp_path / f"{run}-{rank}.json").read_text())
+            assert len(batches) == count, (run, rank, len(batches))
             trained += [i for batch in batches[:kept] for i in batch]
     planned = [i for batch in reference(uri, EPOCH_BATCHES) for i in batch]
     assert sorted(trained) == sorted(planned), "rows trained twice or never"
+
+
+def test_restored_callback_states_resume_exactly(uri, tmp_path):
+    """restore_callback_states_from_checkpoint=True: the Trainer replaces the callback with
+    one rebuilt from the checkpoint, which still finds and restores the loader."""
+    crashed, resumed, step = crash_and_resume(
+        uri,
+        tmp_path,
+        workers=0,
+        crash=12,
+        max_steps=15,
+        save_steps=10,
+        restore_callback_states_from_checkpoint=True,
+    )
+    assert step == 10
+    assert_exact(crashed, resumed, trained=10, expected=reference(uri, 15))
+
+
+def test_a_mixture_resumes_exactly(tmp_path):
+    """A 70/30 StreamingMixture's loader (stop at the first exhausted source): a crash after
+    step 8 resumed from step 6, in the middle of its first epoch."""
+    from mixtures import GLOBAL_BATCH, make_tables, mixture
+
+    uris = make_tables(tmp_path / "tables")
+
+    def make() -> StreamingDataLoader:
+        return StreamingDataLoader(
+            mixture(uris, stop="first_exhausted", columns=["id"]), batch_size=GLOBAL_BATCH
+        )
+
+    class MixtureTrainer(StreamingTrainerMixin, Trainer):
+        def get_train_dataloader(self) -> StreamingDataLoader:
+            return make()
+
+    plain, epochs = make(), []
+    for epoch in range(2):
+        plain.set_epoch(epoch)
+        epochs.append([batch["id"].tolist() for batch in plain])
+    crashed, resumed, step = crash_and_resume(
+        "", tmp_path / "run", workers=0, crash=8, first=MixtureTrainer, max_steps=10, save_steps=3
+    )
+    assert step == 6 < len(epochs[0]), "the checkpoint is not in the middle of the first epoch"
+    assert_exact(crashed, resumed, trained=6, expected=(epochs[0] + epochs[1])[:10])
