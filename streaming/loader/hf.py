@@ -109,7 +109,7 @@ class StreamingTrainerCallback(TrainerCallback, ExportableState):  # type: ignor
             )
         self.loader.load_state_dict(saved)
         self.restored = True
-        if not args.ignore_data_skip and not _has_resume_hook() and delivered_batches(self.loader):
+        if not args.ignore_data_skip and not _has_resume_hook() and _delivered_batches(self.loader):
             raise RuntimeError(
                 f"transformers {_version()} has no Trainer.get_resumed_dataloader (5.25 and later "
                 "have it), so the Trainer would rebuild the loader to skip the batches it already "
@@ -188,7 +188,7 @@ class StreamingTrainerMixin:
                 "StreamingDataLoader's state was not restored from the checkpoint; keep the "
                 f"StreamingTrainerCallback in the Trainer's callbacks ({_GUIDE})"
             )
-        delivered = delivered_batches(dataloader)
+        delivered = _delivered_batches(dataloader)
         if delivered is not None and delivered != num_batches:
             raise ValueError(
                 f"the Trainer resumes {num_batches} batches into the epoch but the "
@@ -199,7 +199,7 @@ class StreamingTrainerMixin:
         return dataloader
 
 
-def delivered_batches(loader: StreamingDataLoader) -> int | None:
+def _delivered_batches(loader: StreamingDataLoader) -> int | None:
     """Batches of the current epoch the loader has delivered (``None`` if unknown)."""
     host = loader.dataset
     if isinstance(host, StreamingDataset):
