@@ -17,7 +17,12 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from streaming import StreamingDataLoader, StreamingDataset, StreamingTrainerMixin
+from streaming import (
+    StreamingDataLoader,
+    StreamingDataset,
+    StreamingTrainerCallback,
+    StreamingTrainerMixin,
+)
 
 from helpers import make_table
 
@@ -100,18 +105,23 @@ def trainer_class(uri: str, workers: int, *, mixin: bool = True, batch: int = BA
     return LoaderTrainer
 
 
-def crash_and_resume(uri: str, folder: Path, *, workers: int, crash: int, first=None, then=None, **options):
+def crash_and_resume(
+    uri: str, folder: Path, *, workers: int, crash: int, first=None, then=None, callbacks=(), **options
+):
     """Batches of a Trainer run that crashed after step ``crash``, and of the run resumed
     from its last checkpoint; returns (crashed, resumed, the step resumed from). ``first``
-    and ``then`` are the two runs' Trainer classes (default: with the mixin)."""
+    and ``then`` are the two runs' Trainer classes (default: with the mixin); both runs
+    get new instances of the ``callbacks`` classes."""
     first = first or trainer_class(uri, workers)
     then = then or first
     crashed = Recorder()
+    extra = [*(callback() for callback in callbacks), CrashAfter(crash)]
     with pytest.raises(Crash):
-        first(model=crashed, args=arguments(folder, **options), callbacks=[CrashAfter(crash)]).train()
+        first(model=crashed, args=arguments(folder, **options), callbacks=extra).train()
     saved = json.loads(max(folder.glob("checkpoint-*/trainer_state.json"), key=_step).read_text())
     resumed = Recorder()
-    then(model=resumed, args=arguments(folder, **options)).train(resume_from_checkpoint=True)
+    extra = [callback() for callback in callbacks]
+    then(model=resumed, args=arguments(folder, **options), callbacks=extra).train(resume_from_checkpoint=True)
     return crashed.seen, resumed.seen, saved["global_step"]
 
 
@@ -148,10 +158,21 @@ def test_gradient_accumulation_resumes_exactly(uri, tmp_path):
     assert_exact(crashed, resumed, trained=EPOCH_BATCHES + 4, expected=reference(uri, 2 * EPOCH_BATCHES))
 
 
-def test_ignore_data_skip_resumes_exactly(uri, tmp_path):
-    """ignore_data_skip=True: the Trainer skips nothing and the loader's own position decides."""
+@pytest.mark.parametrize("with_mixin", [True, False], ids=["mixin", "callback-alone"])
+def test_ignore_data_skip_resumes_exactly(uri, with_mixin, tmp_path):
+    """ignore_data_skip=True: the Trainer skips nothing and the loader's own position decides,
+    with the mixin or with only its callback in a plain Trainer."""
+    trainer = trainer_class(uri, 0, mixin=with_mixin)
     crashed, resumed, step = crash_and_resume(
-        uri, tmp_path, workers=0, crash=25, max_steps=30, save_steps=10, ignore_data_skip=True
+        uri,
+        tmp_path,
+        workers=0,
+        crash=25,
+        first=trainer,
+        callbacks=() if with_mixin else (StreamingTrainerCallback,),
+        max_steps=30,
+        save_steps=10,
+        ignore_data_skip=True,
     )
     assert step == 20
     assert_exact(crashed, resumed, trained=20, expected=reference(uri, 30))
