@@ -273,3 +273,21 @@ def test_a_mixture_resumes_exactly(tmp_path):
     )
     assert step == 6 < len(epochs[0]), "the checkpoint is not in the middle of the first epoch"
     assert_exact(crashed, resumed, trained=6, expected=(epochs[0] + epochs[1])[:10])
+
+
+def test_the_package_works_without_transformers():
+    """Without transformers the package imports; only the Trainer names ask for it, by name."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from streaming import StreamingDataLoader, StreamingDataset\n"
+        "try:\n"
+        "    from streaming import StreamingTrainerMixin\n"
+        "except ImportError as error:\n"
+        "    print(error)\n"
+    )
+    command = [sys.executable, "-c", code]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert "need Hugging Face transformers; install it with `pip install transformers`" in out.stdout
