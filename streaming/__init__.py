@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
+    from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
 
@@ -41,6 +42,8 @@ __all__ = [
     "StreamingDataLoader",
     "StreamingDataset",
     "StreamingMixture",
+    "StreamingTrainerCallback",
+    "StreamingTrainerMixin",
     "StreamingWarning",
     "TableMovedWarning",
     "TorchrunStoreWarning",
@@ -65,6 +68,8 @@ _HOMES = {
     "StreamingDataLoader": ".loader.loader",
     "StreamingDataset": ".dataset.dataset",
     "StreamingMixture": ".mixture.mixture",
+    "StreamingTrainerCallback": ".loader.hf",
+    "StreamingTrainerMixin": ".loader.hf",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "TorchrunStoreWarning": ".errors",
