@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     )
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
+    from .read.blobs import BlobHandle
 
 __all__ = [
+    "BlobHandle",
     "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
@@ -51,6 +53,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "BlobHandle": ".read.blobs",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",

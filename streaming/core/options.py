@@ -159,6 +159,12 @@ _CHECKS: tuple[Field, ...] = (
     Field("transform_rng", is_bool, _BOOL, "transform_rng=True or transform_rng=False"),
     Field("follow_latest", is_bool, _BOOL, "follow_latest=True or follow_latest=False"),
     Field(
+        "blobs",
+        one_of(("bytes", "handles")),
+        "'bytes' or 'handles'",
+        "blobs='bytes' (each blob's bytes) or blobs='handles' (a lazy file-like handle per blob)",
+    ),
+    Field(
         "columns",
         optional(_columns),
         "a non-empty list of distinct column names or None",
@@ -205,6 +211,8 @@ class Options:
     endless: bool = False
     transform_rng: bool = False
     follow_latest: bool = False
+    blobs: str = "bytes"
+    """What a sample holds for a blob column: ``"bytes"`` or ``"handles"``; never order-defining."""
     profile: Profile = DEFAULT_PROFILE
     """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
     profile_plan: bool = False

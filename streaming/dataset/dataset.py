@@ -189,11 +189,21 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             such as ``"200GiB"``); least recently used files no process is reading
             are removed to make room. ``None``: ``LANCE_STREAMING_CACHE_LIMIT``,
             else as much as the disk has free (keeping 5%, at most 1 GiB, free).
+        blobs: What a sample holds for a blob column (a column Lance stores out of
+            line: images, audio, video; see docs/multimodal.md): ``"bytes"`` (default)
+            gives each blob's bytes, read in one batched read per window, the same
+            values as the bytes stored in a plain binary column; ``"handles"`` gives a
+            ``streaming.BlobHandle`` per blob, which a ``transform`` opens in the
+            worker as a seekable file (``handle.open()``) that reads only what is
+            read. Never changes samples' order or states.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
             an unknown column, or ``shuffle_seed=None`` with several ranks and no
             process group.
+        TypeError: a column the package cannot deliver (a blob field nested in a
+            struct or list; a blob column with ``pack_sequences``), naming it, its
+            type and the fix.
     """
 
     def __init__(
@@ -234,6 +244,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         follow_latest: bool = False,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        blobs: str = "bytes",
     ) -> None:
         torchrun.check_torchrun_store()
         shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
