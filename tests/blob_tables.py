@@ -42,15 +42,23 @@ def rows(start: int, count: int, *, blob: bool) -> pa.Table:
     return pa.table({"id": ids, "label": (ids % 10).astype(np.int32), "img": images}, schema=schema)
 
 
-def write(path: Path | str, fragments: Sequence[int], *, blob: bool, deleted: Iterable[int] = ()) -> str:
+def write(
+    path: Path | str,
+    fragments: Sequence[int],
+    *,
+    blob: bool,
+    deleted: Iterable[int] = (),
+    storage_options: dict[str, str] | None = None,
+) -> str:
     """One fragment per entry of ``fragments`` (consecutive ids), then ``deleted`` removed."""
     uri, start = str(path), 0
     for index, size in enumerate(fragments):
-        lance.write_dataset(rows(start, size, blob=blob), uri, mode="create" if index == 0 else "append")
+        mode = "create" if index == 0 else "append"
+        lance.write_dataset(rows(start, size, blob=blob), uri, mode=mode, storage_options=storage_options)
         start += size
     gone = sorted(set(deleted))
     if gone:
-        lance.dataset(uri).delete(f"id IN ({', '.join(map(str, gone))})")
+        lance.dataset(uri, storage_options=storage_options).delete(f"id IN ({', '.join(map(str, gone))})")
     return uri
 
 

@@ -7,14 +7,19 @@ column; the blob table must give the same samples, order and states.
 from __future__ import annotations
 
 import pickle
+import warnings
 from collections import Counter
+from collections.abc import Iterator
 
+import boto3
 import lance
 import numpy as np
 import pyarrow as pa
 import pytest
+from moto.server import ThreadedMotoServer
 
-from streaming import BlobHandle, StreamingDataLoader, StreamingDataset, StreamingMixture
+from streaming import BlobHandle, CacheWarning, StreamingDataLoader, StreamingDataset, StreamingMixture
+from streaming.core.profiles import BLOB_BUFFER_BYTES, PROFILES, sized_for_blobs
 
 from blob_tables import BIG, BLOB_FIELD, Digests, ReadPart, big_payloads, digest, payload, write, write_big
 from helpers import check_resume_everywhere, ids_of, json_roundtrip
@@ -278,3 +283,75 @@ def test_an_unknown_blobs_mode_is_refused(tables):
         ValueError, match=r"blobs must be 'bytes' or 'handles', got 'lazy'; pass blobs='bytes'"
     ):
         StreamingDataset(tables["blob"], num_splits=1, blobs="lazy")
+
+
+# -- memory: the plan of a blob table -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("row_bytes", "block", "buffer"),
+    [(8 << 20, 1, 64), (300 << 10, 4, 1024), (1 << 10, 64, 32_768), (64 << 20, 1, 8)],
+)
+def test_a_blob_tables_buffer_holds_about_512_mib(row_bytes, block, buffer):
+    sized = sized_for_blobs(PROFILES["local"], row_bytes)
+    assert (sized.block_rows, sized.shuffle_buffer_size) == (block, buffer)
+    assert sized.shuffle_buffer_size * row_bytes <= max(BLOB_BUFFER_BYTES, row_bytes)
+
+
+def test_the_default_plan_of_a_large_blob_table_is_sized_by_its_blobs(big, tables):
+    """Four rows averaging 16 MiB: one-row blocks and a buffer of 16 rows (the settings a
+    state records); a table of kilobyte blobs keeps the profile's numbers."""
+    state = StreamingDataset(big, num_splits=1).state_dict()["plan"]
+    assert (state["block_rows"], state["window_rows"]) == (1, 16)
+    small = StreamingDataset(tables["blob"], num_splits=1).state_dict()["plan"]
+    assert (small["block_rows"], small["window_rows"]) == (64, 32_768)
+    handles = StreamingDataset(big, num_splits=1, blobs="handles").state_dict()["plan"]
+    assert handles["window_rows"] == 16, "the plan does not depend on blobs="
+
+
+# -- object storage ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[dict[str, str]]:
+    """moto's S3-compatible HTTP server on 127.0.0.1 (a thread of this process)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {
+            "aws_access_key_id": "AKIABLOBTEST",
+            "aws_secret_access_key": "blob-secret",
+            "aws_endpoint": f"http://{host}:{port}",
+            "aws_region": "us-east-1",
+            "allow_http": "true",
+        }
+        boto3.client(
+            "s3",
+            endpoint_url=options["aws_endpoint"],
+            aws_access_key_id=options["aws_access_key_id"],
+            aws_secret_access_key=options["aws_secret_access_key"],
+            region_name="us-east-1",
+        ).create_bucket(Bucket="blobs")
+        yield options
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["bucket", "cache_dir"])
+def test_a_blob_column_on_object_storage(s3, tables, tmp_path, cache):
+    """The S3 stand-in, with and without the local cache: two epochs give the plain local
+    table's samples and order, bytes exact, and the cache never warns."""
+    name = f"s3://blobs/{tmp_path.name}.lance"
+    uri = write(name, FRAGMENTS, blob=True, deleted=DELETED, storage_options=s3)
+    kwargs = {"cache_dir": tmp_path / "cache"} if cache else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        remote = dataset(uri, storage_options=s3, **kwargs)
+        local = dataset(tables["plain"])
+        for epoch in (0, 1):
+            remote.set_epoch(epoch)
+            local.set_epoch(epoch)
+            got = list(remote)
+            assert got == list(local), f"epoch {epoch}"
+    assert all(sample["img"] == payload(int(sample["id"])) for sample in got)

@@ -26,7 +26,7 @@ from .checks import (
     positive,
     type_fix,
 )
-from .profiles import DEFAULT_PROFILE, Profile, sized
+from .profiles import DEFAULT_PROFILE, Profile, sized, sized_for_blobs
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -226,16 +226,20 @@ class Options:
         at least the storage profile's minimum (16 remote: hides a store's round trips)."""
         return max(self.io_queue_depth, self.profile.min_io_threads)
 
-    def sized_for(self, row_bytes: float | None) -> Options:
+    def sized_for(self, row_bytes: float | None, *, blobs: bool = False) -> Options:
         """These options with the profile's block and buffer sized for the table's rows.
 
         Only when neither was given (``profile_plan``) and the profile depends on
-        the row size (remote). Every rank reads the same snapshot's metadata, so
-        every rank sizes the same way.
+        the row size (remote), or the rows hold blobs (``blobs``: any profile, so a
+        shuffle buffer never holds more than about ``BLOB_BUFFER_BYTES``). Every
+        rank reads the same snapshot's metadata, so every rank sizes the same way.
         """
         if not self.profile_plan:
             return self
-        profile = sized(self.profile, row_bytes)
+        if blobs and row_bytes:
+            profile = sized_for_blobs(self.profile, row_bytes)
+        else:
+            profile = sized(self.profile, row_bytes)
         return dataclasses.replace(
             self,
             profile=profile,

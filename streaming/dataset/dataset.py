@@ -29,7 +29,7 @@ from ..core.profiles import profile_for
 from ..core.progress import WorkerReport
 from ..core.stats import Counters
 from ..errors import EpochCompleteWarning
-from ..read import jobplan, source
+from ..read import blobs, jobplan, source
 from ..read.view import TableView, open_view, unplanned_view
 from . import striped, torchrun, watchdog
 from .board import Board
@@ -51,7 +51,8 @@ def _first_view(
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
     """
-    options = options.sized_for(source.row_bytes(handle, options.columns))
+    row_bytes, has_blobs = blobs.row_bytes(handle, options.columns)
+    options = options.sized_for(row_bytes, blobs=has_blobs)
     index = None
     if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
         index = jobplan.shared_filter_index(snapshot, handle, options.filter)

@@ -43,6 +43,7 @@ __all__ = [
     "blob_columns",
     "check_columns",
     "read_rows",
+    "row_bytes",
 ]
 
 BLOB_MODES = ("bytes", "handles")
@@ -52,6 +53,8 @@ _BLOB_EXTENSION = "lance.blob.v2"
 _BLOB_METADATA = (b"lance-encoding:blob", b"true")
 _HANDLE_EXTENSION = "lance-streaming.blob-handle"
 _SNAPSHOTS: dict[tuple[str, int], source.Snapshot] = {}
+_SAMPLE_ROWS = 1_024
+"""Blob descriptors read to estimate a blob column's mean size."""
 _STARTS: dict[tuple[str, int, int], dict[int, int]] = {}
 _LOCK = threading.Lock()
 
@@ -194,6 +197,28 @@ def check_columns(
         )
     _SNAPSHOTS[(snapshot.uri, snapshot.version)] = snapshot
     return BlobRead(found, handles=mode == "handles")
+
+
+def row_bytes(dataset: Any, columns: Sequence[str] | None) -> tuple[float | None, bool]:
+    """Bytes a row of ``columns`` takes, blobs included, and whether there are blob columns.
+
+    ``source.row_bytes`` counts the data files, which do not hold blobs stored in
+    files of their own; each blob column adds the mean size of its first
+    ``_SAMPLE_ROWS`` blobs (from their descriptors, without reading a blob).
+    """
+    names = [name for name in columns or dataset.schema.names if name in dataset.schema.names]
+    found = blob_columns(dataset, names)
+    base = source.row_bytes(dataset, names)
+    if not found:
+        return base, False
+    total = base or 0.0
+    for name in found:
+        descriptors = dataset.to_table(columns=[name], limit=_SAMPLE_ROWS).column(name)
+        sizes = pa.chunked_array(
+            [chunk.field("size") for chunk in descriptors.chunks], pa.uint64()
+        ).fill_null(0)
+        total += float(np.mean(sizes.to_numpy())) if len(sizes) else 0.0
+    return total, True
 
 
 def _starts(dataset: Any, snapshot: source.Snapshot) -> dict[int, int]:
