@@ -21,6 +21,7 @@ NAMES = (
     "remote",
     "remote-cache",
     "gpu",
+    "blobs",
 )
 """Sections other commands write, in the order they follow the main document."""
 
