@@ -340,10 +340,12 @@ def _memory_lines(found: dict[str, Any]) -> list[str]:
 
 
 def section(
-    speed: dict[tuple[str, int], dict[str, Any]], memory: dict[str, Any] | None, args: argparse.Namespace
+    speed: dict[tuple[str, int], dict[str, Any]],
+    memory: dict[str, Any] | None,
+    args: argparse.Namespace,
+    facts: dict[str, Any],
 ) -> str:
-    """The Markdown section: speed per worker count, then memory."""
-    facts = machine_facts()
+    """The Markdown section: speed per worker count, then memory (``facts``: taken at the start)."""
     sizes = [len(image) >> 10 for image in images()]
     lines = [
         "## Blob columns",
@@ -392,13 +394,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(memory_probe(json.loads(args.memory_probe))))
         return 0
     args.command = " ".join(["python -m benchmarks.blobs", *argv])
+    facts = machine_facts()
     with tempfile.TemporaryDirectory(prefix="lance-bench-blobs-") as work:
         speed = measure_speed(args, work)
     memory = None
     if args.memory_blobs:
         with tempfile.TemporaryDirectory(prefix="lance-bench-blobs-memory-") as work:
             memory = measure_memory(args, work)
-    sections.publish(section(speed, memory, args), name="blobs", out=args.out)
+    sections.publish(section(speed, memory, args, facts), name="blobs", out=args.out)
     return 0
 
 

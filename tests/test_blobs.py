@@ -21,7 +21,18 @@ from moto.server import ThreadedMotoServer
 from streaming import BlobHandle, CacheWarning, StreamingDataLoader, StreamingDataset, StreamingMixture
 from streaming.core.profiles import BLOB_BUFFER_BYTES, PROFILES, sized_for_blobs
 
-from blob_tables import BIG, BLOB_FIELD, Digests, ReadPart, big_payloads, digest, payload, write, write_big
+from blob_tables import (
+    BIG,
+    BLOB_FIELD,
+    Digests,
+    ReadPart,
+    big_payloads,
+    digest,
+    payload,
+    rows,
+    write,
+    write_big,
+)
 from helpers import check_resume_everywhere, ids_of, json_roundtrip
 
 FRAGMENTS = [40, 33, 50, 30]
@@ -163,6 +174,29 @@ def test_loader_workers_deliver_the_plain_columns_batches(tables, context):
     assert got == expected
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_default_collate_gives_the_plain_columns_batches(tables, workers):
+    """No transform (the vectorised path): each batch's ``img`` is the list of its bytes,
+    as the plain column's (null blobs filtered out: ``default_collate`` takes no None)."""
+    kwargs = {"filter": "id % 17 != 5", "columns": ["id", "img"]}
+    got = [pairs(b) for b in loader(dataset(tables["blob"], **kwargs), workers, batch_size=6)]
+    expected = [pairs(b) for b in loader(dataset(tables["plain"], **kwargs), 0, batch_size=6)]
+    assert got == expected
+    assert all(value == payload(i) for batch in got for i, value in batch)
+
+
+def test_file_format_2_0_blob_columns(tmp_path):
+    """A blob column written with Lance file format 2.0 (``large_binary`` plus metadata,
+    not Lance's blob type): the same bytes and handles."""
+    uri = str(tmp_path / "old.lance")
+    lance.write_dataset(rows(0, 40, blob=True), uri, data_storage_version="2.0")
+    assert lance.dataset(uri).schema.field("img").type == pa.large_binary()
+    got = list(StreamingDataset(uri, num_splits=2))
+    assert len(got) == 40 and all(s["img"] == payload(int(s["id"])) for s in got)
+    handles = list(StreamingDataset(uri, num_splits=2, blobs="handles"))
+    assert all((h["img"].read() if h["img"] else None) == payload(int(h["id"])) for h in handles)
+
+
 def test_a_64_mib_blob_and_an_empty_one_arrive_exactly(big):
     values = big_payloads()
     got = {int(s["id"]): s["img"] for s in StreamingDataset(big, num_splits=1, shuffle=False)}
@@ -198,10 +232,12 @@ def _first(rows: list) -> dict:
     return rows[0]
 
 
-def test_handles_are_small_picklable_and_open_in_the_trainer(tables):
-    """k=0 samples carry ``BlobHandle``s (a null blob: None) that pickle without any
-    Lance handle and read the right bytes."""
-    got = list(dataset(tables["blob"], blobs="handles", columns=["id", "img"]))
+@pytest.mark.parametrize("workers", [0, 2])
+def test_handles_are_small_picklable_and_open_in_the_trainer(tables, workers):
+    """Samples carry ``BlobHandle``s (a null blob: None) that pickle without any Lance
+    handle and read the right bytes in the trainer, also when workers made them."""
+    data = dataset(tables["blob"], blobs="handles", columns=["id", "img"])
+    got = [s for batch in loader(data, workers, batch_size=4, collate_fn=list) for s in batch]
     for sample in got:
         handle = sample["img"]
         expected = payload(int(sample["id"]))

@@ -27,6 +27,7 @@ import json
 import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +54,11 @@ _BLOB_EXTENSION = "lance.blob.v2"
 _BLOB_METADATA = (b"lance-encoding:blob", b"true")
 _HANDLE_EXTENSION = "lance-streaming.blob-handle"
 _SNAPSHOTS: dict[tuple[str, int], source.Snapshot] = {}
+PART_ROWS = 64
+"""Blobs one thread opens and reads at once (local tables)."""
 _SAMPLE_ROWS = 1_024
 """Blob descriptors read to estimate a blob column's mean size."""
+_MAX_STARTS = 8
 _STARTS: dict[tuple[str, int, int], dict[int, int]] = {}
 _LOCK = threading.Lock()
 
@@ -248,11 +252,39 @@ def _indices(
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _bytes_column(dataset: Any, column: str, indices: np.ndarray) -> pa.Array:
+def _read_blobs(dataset: Any, column: str, indices: np.ndarray, executor: Executor | None) -> list[Any]:
+    """The bytes (or None) of the blobs at ``indices``, in order.
+
+    With ``executor`` (a local table's reads), parts of ``PART_ROWS`` blobs are opened
+    and read whole on its threads, several at once: measured faster on local disk
+    than Lance's planned reader. Without (object storage), one ``read_blobs`` call,
+    which merges neighbouring blobs into fewer requests.
+    """
+    selected = pa.array(indices, pa.uint64())
+    if executor is None:
+        return [data for _, data in dataset.read_blobs(column, indices=selected, preserve_order=True)]
+
+    def part(start: int) -> list[Any]:
+        files = dataset.take_blobs(column, indices=selected[start : start + PART_ROWS], buffer_size=0)
+        return [None if blob is None else blob.read() for blob in files]
+
+    return [value for values in executor.map(part, range(0, len(indices), PART_ROWS)) for value in values]
+
+
+def _bytes_column(dataset: Any, column: str, indices: np.ndarray, executor: Executor | None) -> pa.Array:
+    """The blobs at ``indices`` as one ``large_binary`` array, copied once into a single
+    data buffer (a builder appending value by value would grow it again and again)."""
     if len(indices) == 0:
         return pa.array([], pa.large_binary())
-    found = dataset.read_blobs(column, indices=pa.array(indices, pa.uint64()), preserve_order=True)
-    return pa.array([data for _, data in found], pa.large_binary())
+    values = _read_blobs(dataset, column, indices, executor)
+    lengths = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    nulls = values.count(None)
+    validity = pa.array([v is not None for v in values]).buffers()[1] if nulls else None
+    data = pa.py_buffer(b"".join([v for v in values if v is not None]))
+    buffers = [validity, pa.py_buffer(offsets), data]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(values), buffers, null_count=nulls)
 
 
 def _handle_column(dataset: Any, snapshot: source.Snapshot, column: str, indices: np.ndarray) -> pa.Array:
@@ -277,14 +309,15 @@ def read_rows(
     columns: Sequence[str],
     blobs: BlobRead,
     filter_index: source.FilterIndex | None,
-    executor: Any = None,
+    executor: Executor | None = None,
     take_rows: int = 0,
 ) -> pa.Table:
     """``source.read_rows`` for a read with blob columns: the same rows, in the same order.
 
     The other columns are read by ``source.read_rows`` through ``reader`` (the local
-    cache, when there is one); each blob column by one batched blob read of every
-    row of ``pieces`` from the snapshot itself.
+    cache, when there is one); each blob column's rows from the snapshot itself: on
+    ``executor``'s threads when ``take_rows`` > 0 (a local table's profile), else in
+    one batched Lance read (see ``_read_blobs``).
     """
     _SNAPSHOTS.setdefault((snapshot.uri, snapshot.version), snapshot)
     dataset = source.open_snapshot(snapshot)
@@ -300,5 +333,5 @@ def read_rows(
         if blobs.handles:
             arrays[name] = _handle_column(dataset, snapshot, name, indices)
         else:
-            arrays[name] = _bytes_column(dataset, name, indices)
+            arrays[name] = _bytes_column(dataset, name, indices, executor if take_rows > 0 else None)
     return pa.table({name: arrays[name] for name in columns})

@@ -62,6 +62,27 @@ class WindowSource:
             seeds,
         )
 
+    def _table(self, pieces: Sequence[tuple[int, Any]], executor: Executor | None) -> pa.Table:
+        """The rows of ``pieces`` in order (through the local cache, if any); a read with
+        blob columns goes through ``blobs``, which reads the other columns like any read."""
+        dataset = source.open_snapshot(self.snapshot)
+        reading = cached.reading(self.snapshot, dataset, self.cache, self.counters)
+        index, size = self.filter_index, self.take_rows
+        if self.blobs is not None:
+            return blobs.read_rows(
+                self.snapshot,
+                reading,
+                pieces,
+                columns=self.columns,
+                blobs=self.blobs,
+                filter_index=index,
+                executor=executor,
+                take_rows=size,
+            )
+        return source.read_rows(
+            reading, pieces, columns=self.columns, filter_index=index, executor=executor, take_rows=size
+        )
+
     def read(
         self,
         requests: Sequence[Key],
@@ -76,29 +97,7 @@ class WindowSource:
         """
         with timed(self.counters, "read"):
             request = self.plan.window_read(requests)
-            dataset = source.open_snapshot(self.snapshot)
-            reading = cached.reading(self.snapshot, dataset, self.cache, self.counters)
-            pieces, columns, index = request.pieces, self.columns, self.filter_index
-            if self.blobs is not None:
-                table = blobs.read_rows(
-                    self.snapshot,
-                    reading,
-                    pieces,
-                    columns=columns,
-                    blobs=self.blobs,
-                    filter_index=index,
-                    executor=executor,
-                    take_rows=self.take_rows,
-                )
-            else:
-                table = source.read_rows(
-                    reading,
-                    pieces,
-                    columns=columns,
-                    filter_index=index,
-                    executor=executor,
-                    take_rows=self.take_rows,
-                )
+            table = self._table(request.pieces, executor)
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
         if transformer is not None:
