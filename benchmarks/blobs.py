@@ -1,6 +1,6 @@
 """Blob columns: images decoded in workers, against a plain column and files on disk; memory.
 
-    python -m benchmarks.blobs [--images 600] [--workers 0,2,4] [--seconds 20]
+    python -m benchmarks.blobs [--images 600] [--workers 0,2,4] [--seconds 20] [--repeats 3]
                                [--memory-blobs 2000] [--blob-mib 8] [--out docs/benchmarks.md]
 
 Speed: the same PNG and JPEG images (a few hundred KiB each, seeded noise over
@@ -255,22 +255,37 @@ def _log(message: str) -> None:
 
 
 def measure_speed(args: argparse.Namespace, work: str) -> dict[tuple[str, int], dict[str, Any]]:
-    """Every contender at every worker count, each in a fresh interpreter."""
+    """Every contender at every worker count, each run in a fresh interpreter, ``--repeats``
+    times in a rotating order (a load spike of the machine hits a different one each
+    time); each case keeps its medians."""
     locations = write_tables(work, args.images)
-    results = {}
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for workers in args.workers:
-        for kind in KINDS:
-            spec = {
-                "kind": kind,
-                "workers": workers,
-                "location": locations[kind],
-                "images": args.images,
-                "seconds": args.seconds,
-            }
-            found = run_json("benchmarks.blobs", "--probe", json.dumps(spec), timeout=args.timeout)
-            results[(kind, workers)] = found
-            _log(f"{kind}, k={workers}: {found}")
-    return results
+        for repeat in range(args.repeats):
+            for kind in KINDS[repeat % len(KINDS) :] + KINDS[: repeat % len(KINDS)]:
+                spec = {
+                    "kind": kind,
+                    "workers": workers,
+                    "location": locations[kind],
+                    "images": args.images,
+                    "seconds": args.seconds,
+                }
+                found = run_json("benchmarks.blobs", "--probe", json.dumps(spec), timeout=args.timeout)
+                runs.setdefault((kind, workers), []).append(found)
+                _log(f"{kind}, k={workers}, repeat {repeat + 1}: {found}")
+    return {key: _medians(found) for key, found in runs.items()}
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One case's median rates and first batch over its repeats (its first error, if any)."""
+    failed = [run for run in runs if "error" in run]
+    if failed:
+        return failed[0]
+    return {
+        "whole": float(np.median([whole_rate(run) for run in runs])),
+        "rate": float(np.median([run["rate"] for run in runs])),
+        "first_s": float(np.median([run["first_s"] for run in runs])),
+    }
 
 
 def measure_memory(args: argparse.Namespace, work: str) -> dict[str, Any]:
@@ -307,7 +322,7 @@ def _speed_lines(results: dict[tuple[str, int], dict[str, Any]], workers: list[i
             errors = "; ".join(str(run.get("error")) for run in runs if "error" in run)
             lines.append(f"| {k} | failed: {errors} | | | | | | | |")
             continue
-        blob, plain, files = (whole_rate(run) for run in runs)
+        blob, plain, files = (run["whole"] for run in runs)
         ratio = blob / plain if plain else 0.0
         steady = " / ".join(f"{run['rate']:,.0f}" for run in runs)
         first = " / ".join(f"{run['first_s']:.2f}" for run in runs)
@@ -358,7 +373,8 @@ def section(
         "each image decoded to RGB "
         f"with Pillow and shrunk to {THUMB}x{THUMB} in the loader's workers (the `transform` of ours, "
         "`__getitem__` of the files' torch `Dataset`, read with `DataLoader(shuffle=True)`). Each case "
-        "runs in a fresh interpreter through every image (or the time cap); rows/s count from building the "
+        f"runs in a fresh interpreter through every image (or the time cap), {args.repeats} times in a "
+        "rotating order, medians shown; rows/s count from building the "
         "loader to the last row, the first batch included (ours transforms ahead of the loop, so a rate "
         "after the first batch leaves out work done before it; shown for reference).",
         "",
@@ -380,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=600, help="images in each of the three stores")
     parser.add_argument("--workers", type=_workers, default=[0, 2, 4], help="worker counts, e.g. 0,2,4")
     parser.add_argument("--seconds", type=float, default=20.0, help="steady-state time cap per case")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each case (medians are shown)")
     parser.add_argument("--memory-blobs", type=int, default=2_000, help="blobs of the memory table (0: skip)")
     parser.add_argument("--blob-mib", type=int, default=8, help="MiB per blob of the memory table")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per fresh-process case")

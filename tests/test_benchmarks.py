@@ -152,7 +152,8 @@ def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> Non
 def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> None:
     """Tiny sizes, k=0 only: the blob column, the plain column and the files each give a
     rate and the ratio is judged; the memory run streams a small blob table with k=2."""
-    args = ("--images", "48", "--workers", "0", "--seconds", "2", "--memory-blobs", "6", "--blob-mib", "1")
+    args = ("--images", "48", "--workers", "0", "--seconds", "2", "--repeats", "1", "--memory-blobs", "6")
+    args += ("--blob-mib", "1")
     text, stdout = run_section(tmp_path, "blobs", *args)
     row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
     cells = [cell.strip() for cell in row.split("|")[1:-1]]
