@@ -255,18 +255,23 @@ def _indices(
 def _read_blobs(dataset: Any, column: str, indices: np.ndarray, executor: Executor | None) -> list[Any]:
     """The bytes (or None) of the blobs at ``indices``, in order.
 
-    With ``executor`` (a local table's reads), parts of ``PART_ROWS`` blobs are opened
-    and read whole on its threads, several at once: measured faster on local disk
-    than Lance's planned reader. Without (object storage), one ``read_blobs`` call,
-    which merges neighbouring blobs into fewer requests.
+    One batched Lance read (``read_blobs``, which merges neighbouring blobs into fewer
+    requests) of all of them, or with ``executor`` (a local table's reads) one of each
+    part of ``PART_ROWS`` blobs, several at once on its threads: measured about twice
+    as fast on local disk. One call per part, not one per blob: each call waits for
+    the GIL once, so threads that transform meanwhile slow it down little.
     """
     selected = pa.array(indices, pa.uint64())
-    if executor is None:
-        return [data for _, data in dataset.read_blobs(column, indices=selected, preserve_order=True)]
 
-    def part(start: int) -> list[Any]:
-        files = dataset.take_blobs(column, indices=selected[start : start + PART_ROWS], buffer_size=0)
-        return [None if blob is None else blob.read() for blob in files]
+    def part(start: int, stop: int) -> list[Any]:
+        found = dataset.read_blobs(column, indices=selected[start:stop], preserve_order=True)
+        return [data for _, data in found]
+
+    if executor is None:
+        return part(0, len(indices))
+    starts = range(0, len(indices), PART_ROWS)
+    parts = executor.map(lambda start: part(start, start + PART_ROWS), starts)
+    return [value for values in parts for value in values]
 
     return [value for values in executor.map(part, range(0, len(indices), PART_ROWS)) for value in values]
 
