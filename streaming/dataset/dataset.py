@@ -192,7 +192,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             else as much as the disk has free (keeping 5%, at most 1 GiB, free).
         blobs: What a sample holds for a blob column (a column Lance stores out of
             line: images, audio, video; see docs/multimodal.md): ``"bytes"`` (default)
-            gives each blob's bytes, read in one batched read per window, the same
+            gives each blob's bytes, read in batched reads per window, the same
             values as the bytes stored in a plain binary column; ``"handles"`` gives a
             ``streaming.BlobHandle`` per blob, which a ``transform`` opens in the
             worker as a seekable file (``handle.open()``) that reads only what is

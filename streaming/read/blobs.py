@@ -6,8 +6,8 @@ format 2.2) or a ``large_binary`` field carrying that metadata (formats 2.0, 2.1
 A plain Lance read of such a column returns descriptors, and a take that mixes it
 with other columns fails in Lance's decoder, so a read with blob columns goes
 through here: the other columns with the usual per-fragment takes, each blob
-column with one batched Lance blob read of the whole window (rows addressed by
-their index among the snapshot's live rows, which a pinned version never changes).
+column with batched Lance blob reads of the window's rows (rows addressed by their
+index among the snapshot's live rows, which a pinned version never changes).
 
 ``blobs="bytes"`` gives each row's bytes (``None`` for a null blob), the same
 values the same bytes stored as a plain ``large_binary`` column would give.
