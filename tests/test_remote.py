@@ -367,3 +367,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_blob_column_of_a_remote_table_is_refused_at_construction_naming_it(root, server):
+    """Blob bytes are not read through a LanceDB server: the column is named with the fix at
+    construction (never a decoder error in the loop), and the other columns stream."""
+    from blob_tables import rows as blob_rows
+
+    lance.write_dataset(blob_rows(0, 40, blob=True), str(root / "pictures.lance"))
+    table = server.connect().open_table("pictures")
+    with pytest.raises(TypeError, match=r"'img'.*remote table.*columns="):
+        StreamingDataset(table, num_splits=2, shuffle_seed=4)
+    plain = StreamingDataset(table, num_splits=2, shuffle_seed=4, columns=["id", "label"])
+    assert sorted(ids_of(plain)) == list(range(40))

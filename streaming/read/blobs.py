@@ -180,8 +180,9 @@ def check_columns(
     its storage options).
 
     Raises:
-        TypeError: a column holds blob fields inside a struct or list, or a blob
-            column is to be packed; the message names the column, its type and the fix.
+        TypeError: a column holds blob fields inside a struct or list, a blob column
+            is to be packed or read from a remote LanceDB table; the message names the
+            column, its type and the fix.
     """
     schema = dataset.schema
     for name in columns:
@@ -194,6 +195,13 @@ def check_columns(
     found = blob_columns(dataset, columns)
     if not found:
         return None
+    if snapshot.remote is not None:
+        raise TypeError(
+            f"column {found[0]!r} of the remote table {snapshot.uri} is a blob column "
+            f"({schema.field(found[0]).type}), and blob bytes are not read through a LanceDB server "
+            "yet; leave it out with columns=[...], or read the table's Lance dataset directly "
+            "(its URI and storage_options)"
+        )
     if packing:
         raise TypeError(
             f"pack_sequences packs a column of token ids, but column {found[0]!r} is a blob column "
