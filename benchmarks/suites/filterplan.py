@@ -1,6 +1,6 @@
 """Start-up with a ``filter`` on 1, 4 and 8 gloo ranks: one scan per job against one per rank.
 
-    python -m benchmarks.filterplan [--rows 4000000] [--repeats 3] [--out docs/benchmarks.md]
+    python -m benchmarks filterplan [--rows 4000000] [--repeats 3] [--out docs/benchmarks.md]
 
 A narrow table (id int64, label int32 = id % 1000) of ``--rows`` rows in 16
 fragments; ``filter="label < 500"`` matches half of them. For each world size, a
@@ -29,9 +29,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from . import sections
-from .document import load_average, machine_facts
-from .tables import narrow_chunk, write_table
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.tables import narrow_chunk, write_table
 
 FILTER = "label < 500"
 WORLDS = (1, 4, 8)
@@ -110,7 +110,7 @@ def report(times: dict[tuple[int, str], list[float]], rows: int, repeats: int) -
     lines = [
         "## Start-up with a filter, per job and per rank",
         "",
-        f"`python -m benchmarks.filterplan --rows {rows} --repeats {repeats}`: a table of {rows:,} rows "
+        f"`python -m benchmarks filterplan --rows {rows} --repeats {repeats}`: a table of {rows:,} rows "
         f"(id, label) in {FRAGMENTS} fragments, `filter={FILTER!r}` (half the rows), {SPLITS} splits; "
         "gloo ranks on this host; time from a barrier to the slowest rank's end of construction, "
         f"median of {repeats} jobs; {facts['cores']} cores ({facts['cpu']}), commit "
@@ -141,7 +141,9 @@ def report(times: dict[tuple[int, str], list[float]], rows: int, repeats: int) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks filterplan", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
@@ -150,7 +152,3 @@ def main(argv: list[str] | None = None) -> None:
         table = write_table(folder, "t", rows=args.rows, fragments=FRAGMENTS, chunk=narrow_chunk)
         times = measure(table.uri, args.repeats)
     sections.publish(report(times, args.rows, args.repeats), name="filterplan", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Soak: one long training run with repeated SIGKILLs and resumes; do resources stay flat?
 
-``python -m benchmarks.soak --minutes M`` trains one gloo rank with DataLoader
+``python -m benchmarks soak --minutes M`` trains one gloo rank with DataLoader
 workers over many epochs of a small table (``tests/chaos_rank.py``, checkpoints
 every few steps), SIGKILLs the trainer every so often and resumes it from its last
 complete checkpoint. It samples the trainer's resident memory, its open file
@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+TESTS = Path(__file__).resolve().parents[2] / "tests"
 sys.path.insert(0, str(TESTS))
 
 from chaos_checks import latest_checkpoint  # noqa: E402
 from chaos_procs import Job, launch, wait_gone  # noqa: E402
 from chaos_table import random_table  # noqa: E402
 
-from . import sections  # noqa: E402
+from benchmarks.harness import sections  # noqa: E402
 
 # name -> (relative growth allowed from the first to the last quarter (plus one unit), statistic).
 # /dev/shm entries are compared by their minimum: the running job's own queues and rings
@@ -142,7 +142,7 @@ def report(soak: Soak, minutes: float, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks soak", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--life", type=float, default=40.0, help="seconds between kills")
     parser.add_argument("--out", type=Path, default=None, help="Markdown file whose soak section is replaced")
@@ -157,9 +157,5 @@ def main(argv: list[str] | None = None) -> None:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         one_life(soak, min(args.life, max(5.0, end - time.monotonic())), port)
-    command = f"python -m benchmarks.soak --minutes {args.minutes:g} --life {args.life:g}"
+    command = f"python -m benchmarks soak --minutes {args.minutes:g} --life {args.life:g}"
     sections.publish(report(soak, args.minutes, command), name="soak", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

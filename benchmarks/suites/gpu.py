@@ -1,6 +1,6 @@
 """GPU-fed training: a real training step fed by the loader, for k = 0, 1, 2, 4, 8 workers.
 
-    python -m benchmarks.gpu [--rows 50000] [--seconds 10] [--workers 0,1,2,4,8]
+    python -m benchmarks gpu [--rows 50000] [--seconds 10] [--workers 0,1,2,4,8]
                              [--device auto] [--out docs/benchmarks.md] [--smoke]
 
 Two tables of (id int64, label int32, png binary) rows, a (``--rows``) and b (half
@@ -46,10 +46,10 @@ import pyarrow as pa
 import torch
 from torch import nn
 
-from . import sections
-from .document import load_average, machine_facts
-from .measure import Caps, Run, close_iterator, time_items, tree_cpu_seconds, unreaped
-from .tables import write_table
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.measure import Caps, Run, close_iterator, time_items, tree_cpu_seconds, unreaped
+from benchmarks.harness.tables import write_table
 
 BATCH = 128
 SMOKE_ROWS, SMOKE_SECONDS, SMOKE_WORKERS, SMOKE_BATCH = 1024, 1.0, [0, 2], 64
@@ -355,7 +355,7 @@ def report(
         lines.append(
             "- Measured without a GPU: the step competes with the decoding for the same cores, so this "
             "table says little about how well the loader feeds a GPU. The GPU table is still to be "
-            "filled: `python -m benchmarks.gpu --out docs/benchmarks.md` on a machine with CUDA "
+            "filled: `python -m benchmarks gpu --out docs/benchmarks.md` on a machine with CUDA "
             "replaces this section."
         )
     return "\n".join(lines)
@@ -373,14 +373,14 @@ def _device(name: str) -> torch.device:
 
 def _command(args: argparse.Namespace) -> str:
     if args.smoke:
-        return "python -m benchmarks.gpu --smoke"
+        return "python -m benchmarks gpu --smoke"
     workers = ",".join(map(str, args.workers))
-    return f"python -m benchmarks.gpu --rows {args.rows} --seconds {args.seconds:g} --workers {workers}"
+    return f"python -m benchmarks gpu --rows {args.rows} --seconds {args.seconds:g} --workers {workers}"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Build the tables, measure every configuration, print (and with ``--out`` publish) the section."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks gpu", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50_000, help="rows of table a (b has half as many)")
     parser.add_argument("--seconds", type=float, default=10.0, help="steady state per configuration")
     parser.add_argument("--workers", type=_workers, default=[0, 1, 2, 4, 8], help="worker counts, e.g. 0,2")
@@ -402,7 +402,3 @@ def main(argv: list[str] | None = None) -> None:
         results = measure(setup, trainer=Trainer(device), workers=args.workers, caps=caps)
     text = report(results, command=_command(args), setup=setup, device=device)
     sections.publish(text, name="gpu", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

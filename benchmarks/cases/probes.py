@@ -1,6 +1,6 @@
 """Measurements that need a fresh process: start-up and peak memory.
 
-The parent runs ``python -m benchmarks.probes CASE JSON`` once per case; the child
+The parent runs ``python -m benchmarks.cases.probes CASE JSON`` once per case; the child
 imports everything first, takes its RSS as the baseline, measures, and prints one
 JSON line. RSS comes from ``/proc/self/status`` (``VmRSS`` now, ``VmHWM`` peak).
 """
@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import importlib
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from .contenders import BATCH_SIZE, NUM_SPLITS
-from .measure import proc_status_kib, reset_peak
-from .tables import TableRef
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.cases.contenders import BATCH_SIZE, NUM_SPLITS, import_ours
+from benchmarks.harness.measure import proc_status_kib, reset_peak
+from benchmarks.harness.process import run_json
+from benchmarks.harness.tables import TableRef
 
 
 def _mib(kib: int) -> float:
@@ -29,8 +26,9 @@ def _mib(kib: int) -> float:
 
 def _import_libraries() -> None:
     """Import torch, pyarrow, Lance and our loader before the baseline, as a trainer would have."""
-    for name in ("torch", "pyarrow", "lance", "streaming.loader.loader"):
+    for name in ("torch", "pyarrow", "lance"):
         importlib.import_module(name)
+    import_ours()
 
 
 def startup(table: TableRef, *, peer: bool) -> dict[str, Any]:
@@ -75,26 +73,9 @@ def memory(table: TableRef) -> dict[str, Any]:
     }
 
 
-def run_json(module: str, *args: str, timeout: float) -> dict[str, Any]:
-    """``python -m module args`` in a fresh interpreter; its last stdout line as JSON.
-
-    A failure comes back as ``{"error": ...}`` (a timeout, or the last line of stderr).
-    """
-    command = [sys.executable, "-m", module, *args]
-    try:
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"exit code {done.returncode}: {tail}"[:200]}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def run_probe(case: str, table: TableRef, *, timeout: float) -> dict[str, Any]:
     """Run one probe in a fresh interpreter; a failure comes back as ``{"error": ...}``."""
-    return run_json("benchmarks.probes", case, json.dumps(table.to_json()), timeout=timeout)
+    return run_json("benchmarks.cases.probes", case, json.dumps(table.to_json()), timeout=timeout)
 
 
 _CASES = {

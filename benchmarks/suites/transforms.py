@@ -1,6 +1,6 @@
 """Transforms: time to the first batch and peak memory against the peer, and parallel transforms.
 
-    python -m benchmarks.transforms [--rows 4000] [--image-rows 3000] [--workers 0,2]
+    python -m benchmarks transforms [--rows 4000] [--image-rows 3000] [--workers 0,2]
                                     [--out docs/benchmarks.md]
 
 Two transforms, given to ours and to the peer (``lancedb.streaming``) with the same
@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import sections
-from .contenders import preload
-from .document import load_average, machine_facts
-from .measure import Caps, Run, close_iterator, time_items, tree_rss_kib
-from .probes import run_json
-from .tables import TableRef, narrow_chunk, write_table
+from benchmarks.cases.contenders import import_ours, preload
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.measure import Caps, Run, close_iterator, time_items, tree_rss_kib
+from benchmarks.harness.process import run_json
+from benchmarks.harness.tables import TableRef, narrow_chunk, write_table
 
 BATCH = 64
 SIDE = 224
@@ -141,8 +141,9 @@ class PeakSampler:
 
 def probe(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh interpreter: time to the first batch, peak tree RSS then and over ``PEAK_BATCHES``."""
-    for name in ("torch", "lance", "lancedb", "lancedb.streaming", "streaming.loader.loader", "PIL.Image"):
+    for name in ("torch", "lance", "lancedb", "lancedb.streaming", "PIL.Image"):
         __import__(name)
+    import_ours()
     handle = TableRef(**spec["table"]).open()  # both loaders get the LanceDB table
     baseline = tree_rss_kib()
     sampler = PeakSampler()
@@ -179,7 +180,7 @@ def _check(batch: dict[str, Any], transform: str) -> None:
 
 def run_probe(spec: dict[str, Any], *, timeout: float) -> dict[str, Any]:
     """``probe(spec)`` in a fresh interpreter; a failure comes back as ``{"error": ...}``."""
-    return run_json("benchmarks.transforms", "--probe", json.dumps(spec), timeout=timeout)
+    return run_json("benchmarks", "transforms", "--probe", json.dumps(spec), timeout=timeout)
 
 
 def parallel_run(table: TableRef, parallelism: int, *, cap_s: float) -> Run:
@@ -330,7 +331,7 @@ def _workers(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     """Measure, print the section, and replace it in ``--out`` when given."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.transforms", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks transforms", description=__doc__)
     parser.add_argument("--rows", type=int, default=4_000, help="rows of the slow transform's table")
     parser.add_argument("--image-rows", type=int, default=3_000, help="rows of the image table")
     parser.add_argument("--workers", type=_workers, default=[0, 2], help="worker counts, e.g. 0,2")
@@ -343,13 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(probe(json.loads(args.probe))))
         return 0
     facts: dict[str, Any] = {**machine_facts(), "rows": args.rows, "image_rows": args.image_rows}
-    facts["command"] = " ".join(["python -m benchmarks.transforms", *argv])
+    facts["command"] = " ".join(["python -m benchmarks transforms", *argv])
     with tempfile.TemporaryDirectory(prefix="lance-bench-transforms-") as work:
         probes, rates = measure(args, work)
     facts["load_end"] = load_average()
     sections.publish(section(probes, rates, facts), name="transforms", out=args.out)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

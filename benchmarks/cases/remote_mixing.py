@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .remote_contenders import labels_of
-from .scenarios import mean_distinct
-from .tables import TableRef, sorted_chunk, write_table
+from benchmarks.cases.remote_contenders import labels_of
+from benchmarks.cases.scenarios import mean_distinct
+from benchmarks.harness.tables import TableRef, sorted_chunk, write_table
 
 LARGE = (2_000_000, 1_000, 256, 200)  # rows, labels, batch, batches measured
 SMALL = (40_000, 10, 64, None)

@@ -1,6 +1,6 @@
 """Worker-to-trainer transfer of numeric batches: the result pipe against shared-memory slots.
 
-``python -m benchmarks.transfer [--batches 4000] [--rows 256 ...] [--out docs/benchmarks.md]``
+``python -m benchmarks transfer [--batches 4000] [--rows 256 ...] [--out docs/benchmarks.md]``
 
 A child process (forkserver) sends batches of (id int64, label int32, vec
 float32[width]) the way a DataLoader worker would: pickled through a
@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import sections
 from streaming.loader import transfer
-
-from . import sections
 
 
 def _batch(rows: int, width: int) -> dict[str, np.ndarray]:
@@ -67,7 +66,9 @@ def measure(*, count: int, rows: int, width: int, slots: bool) -> tuple[float, f
 def main(argv: list[str] | None = None) -> int:
     """Run both ways for every batch size; print (and write) a table."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m benchmarks transfer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--batches", type=int, default=4000)
     parser.add_argument("--rows", type=int, nargs="+", default=[256, 2048])
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "## Worker to trainer transfer",
         "",
-        f"`python -m benchmarks.transfer`: {args.batches:,} batches of (id int64, label int32, "
+        f"`python -m benchmarks transfer`: {args.batches:,} batches of (id int64, label int32, "
         f"vec float32[{args.width}]) from a forkserver child, received as fresh arrays.",
         "",
         "| rows a batch | KiB a batch | way | batches/s | rows/s | trainer CPU µs a batch |",
@@ -91,7 +92,3 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(lines)
     sections.publish(text, name="transfer", out=args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,17 +1,17 @@
-"""``python -m benchmarks.remote``: object storage, side by side, with a per-request delay.
+"""Object storage, side by side, with a per-request delay: every contender, the frontier, mixing.
 
-    python -m benchmarks.remote [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
+    python -m benchmarks remote [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
 
-Starts moto's S3 server and a delaying relay (``benchmarks.relay``), each in a
+Starts moto's S3 server and a delaying relay (``benchmarks.harness.relay``), each in a
 process of its own, writes tables of ``--rows`` rows x (id int64, label int32,
 float32[128]) in 16 fragments to the server and to local disk, and measures each
 contender over one whole pass (construction and first read included) in a fresh
 process: locally and through the relay at each delay. The relay counts requests,
 bytes and requests in flight. Then the frontier: ours at each (block_rows,
 shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay, on the
-largest table. Then the local cache (``benchmarks.remote_cache``: two epochs with and
+largest table. Then the local cache (the ``remote_cache`` suite: two epochs with and
 without ``cache_dir``, section ``remote-cache``) at the last delay. Mixing comes
-from ``benchmarks.remote_mixing`` (local label-sorted tables). The section
+from ``benchmarks.cases.remote_mixing`` (local label-sorted tables). The section
 ``remote`` of ``--out`` is replaced.
 
 The default sizes are the issue's table (200,000 rows, smaller than the remote
@@ -31,12 +31,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import remote_cache, sections
-from . import remote_mixing as mixing
-from .remote_contenders import FIXED, TABLE, Where
-from .remote_report import render
-from .s3 import BUCKET, Store, running_store
-from .tables import wide_chunk, write_table
+from benchmarks.cases import remote_mixing as mixing
+from benchmarks.cases.remote_contenders import FIXED, Where, write_tables
+from benchmarks.cases.remote_report import render
+from benchmarks.harness import sections
+from benchmarks.harness.s3 import Store, running_store
+from benchmarks.suites import remote_cache
 
 MAIN = ("raw_scan", "ours_local", "ours_remote")
 """Contenders measured ``--repeats`` times (median); the others once."""
@@ -66,7 +66,14 @@ class Result:
 
 
 def _probe(key: str, where: Where, cap_s: float) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.remote_probe", key, json.dumps(asdict(where)), str(cap_s)]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.cases.remote_probe",
+        key,
+        json.dumps(asdict(where)),
+        str(cap_s),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=cap_s + 600, check=False)
     lines = done.stdout.strip().splitlines()
     if done.returncode or not lines:
@@ -89,15 +96,6 @@ def measure(
             result.relay = store.stats()
         print(f"  {setting} {key:<22} {result.runs[-1]}", file=sys.stderr, flush=True)
     return result
-
-
-def _tables(folder: str, store: Store, rows: int) -> tuple[Where, Where]:
-    """The table of ``rows`` rows on local disk and on the server (read through the relay)."""
-    local_dir, remote_dir = os.path.join(folder, f"local{rows}"), f"s3://{BUCKET}/db{rows}"
-    write_table(local_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk)
-    direct = store.options(relayed=False)
-    write_table(remote_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk, storage_options=direct)
-    return Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
 
 
 def _contenders(
@@ -123,7 +121,7 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     results: list[Result] = []
     tables = {}
     for rows in args.rows:
-        local, remote = tables[rows] = _tables(folder, store, rows)
+        local, remote = tables[rows] = write_tables(folder, store, rows)
         results += _contenders(args, store, rows, local, remote)
     cache = (
         None
@@ -139,8 +137,8 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
         for block in args.blocks
         for buffer in args.buffers
     ]
-    tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
-    mixes = _mixing(tables, args)
+    sorted_tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
+    mixes = _mixing(sorted_tables, args)
     return {"results": results, "frontier": frontier, "mixing": mixes, "cache": cache}
 
 
@@ -170,7 +168,7 @@ def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.remote", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks remote", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 25.0], help="ms per request (0 25)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
@@ -192,7 +190,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--out", type=Path, default=None, help="Markdown file whose 'remote' section is replaced"
     )
     parser.add_argument(
-        "--no-cache", action="store_true", help="skip the local cache's runs (benchmarks.remote_cache)"
+        "--no-cache", action="store_true", help="skip the local cache's runs (the remote_cache suite)"
     )
     return parser.parse_args(argv)
 
@@ -210,7 +208,3 @@ def main(argv: list[str] | None = None) -> None:
         plain = {**found, "results": [asdict(r) for r in found["results"]]}
         plain["frontier"] = [asdict(r) for r in found["frontier"]]
         args.raw.write_text(json.dumps(plain, indent=1))
-
-
-if __name__ == "__main__":
-    main()

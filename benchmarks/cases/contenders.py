@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .measure import Caps, Run, time_items
-from .tables import TableRef
+from benchmarks.harness.measure import Caps, Run, time_items
+from benchmarks.harness.tables import TableRef
 
 BATCH_SIZE = 256
 NUM_SPLITS = 16
@@ -258,9 +258,16 @@ def preload() -> None:
         "lance.torch.data",
         "lancedb",
         "lancedb.streaming",
-        "streaming.loader.loader",
     ):
         importlib.import_module(name)
+    import_ours()
+
+
+def import_ours() -> None:
+    """Import our loader and what it imports (the package root imports it at first use)."""
+    import streaming
+
+    _ = streaming.StreamingDataLoader
 
 
 def run_contender(contender: Contender, table: TableRef, caps: Caps) -> Run:

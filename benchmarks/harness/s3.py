@@ -115,7 +115,7 @@ def running_store(log_path: str) -> Iterator[Store]:
     with open(log_path, "w") as log, moto_server(log) as endpoint:
         upstream = endpoint.rsplit("/", 1)[1]
         relay = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.relay", "--upstream", upstream, "--delay-ms", "0"],
+            [sys.executable, "-m", "benchmarks.harness.relay", "--upstream", upstream, "--delay-ms", "0"],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,

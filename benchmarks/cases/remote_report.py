@@ -1,4 +1,4 @@
-"""The Markdown of ``benchmarks.remote``: contenders per setting, the frontier, the targets."""
+"""The Markdown of the ``remote`` suite: contenders per setting, the frontier, the targets."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import argparse
 import math
 from typing import Any
 
-from .document import load_average, machine_facts
-from .remote_contenders import FIXED
+from benchmarks.cases.remote_contenders import FIXED
+from benchmarks.harness.machine import load_average, machine_facts
 
 SHUFFLED = ("peer", "lance_fragments", "lance_batches")
 """The other shuffled contenders ours must dominate on the frontier."""
@@ -159,7 +159,7 @@ def render(found: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "## Object storage",
             "",
-            f"`python -m benchmarks.remote --rows {' '.join(map(str, args.rows))}`: tables of {sizes} rows x "
+            f"`python -m benchmarks remote --rows {' '.join(map(str, args.rows))}`: tables of {sizes} rows x "
             "(id int64, label int32, float32[128]), 16 fragments, 16 splits, batches of 256, k=0; moto's S3 "
             "server and the delaying relay each in a process of their own; every contender in a fresh "
             "process over one whole pass (construction and first read included; cap "

@@ -1,6 +1,6 @@
 """Mixtures: what mixing two tables costs against one table and the raw scan, in one run.
 
-    python -m benchmarks.mixtures [--rows 200000] [--out docs/benchmarks.md]
+    python -m benchmarks mixtures [--rows 200000] [--out docs/benchmarks.md]
 
 Two tables of (id int64, label int32, float32[128]) rows, a (``--rows``) and b (half
 as many), 8 fragments each. Over one pass each, in this process, best of
@@ -31,9 +31,9 @@ from typing import Any
 import lance
 import pyarrow as pa
 
-from . import sections
-from .document import load_average, machine_facts
-from .tables import wide_chunk, write_table
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.tables import wide_chunk, write_table
 
 BATCH = 256
 SPLITS = 8
@@ -129,7 +129,7 @@ def report(results: dict[str, tuple[float, float]], rows: int) -> str:
     lines = [
         "## Mixtures",
         "",
-        f"`python -m benchmarks.mixtures --rows {rows}`: tables of {rows:,} and {rows // 2:,} rows "
+        f"`python -m benchmarks mixtures --rows {rows}`: tables of {rows:,} and {rows // 2:,} rows "
         f"(id, label, float32[128]), {FRAGMENTS} fragments each, {SPLITS} splits, batches of {BATCH}; "
         f"{facts['cores']} cores ({facts['cpu']}), commit {facts.get('commit', 'unknown')}, "
         f"{facts['date']}; load average {load_average()}.",
@@ -160,7 +160,9 @@ def report(results: dict[str, tuple[float, float]], rows: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks mixtures", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
@@ -172,7 +174,3 @@ def main(argv: list[str] | None = None) -> None:
         ]
         rates = measure([table.uri for table in tables], args.repeats)
     sections.publish(report(rates, args.rows), name="mixtures", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

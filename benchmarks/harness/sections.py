@@ -1,8 +1,8 @@
 """Named sections of ``docs/benchmarks.md`` that separate benchmark commands own.
 
-``benchmarks.bench`` rewrites the document; a section written by another command
-(``benchmarks.packing``, ``benchmarks.transfer``, ``benchmarks.transforms``,
-``benchmarks.soak``) lies between its two markers and
+``benchmarks.suites.bench`` rewrites the document; a section written by another command
+(``benchmarks.suites.packing``, ``benchmarks.suites.transfer``, ``benchmarks.suites.transforms``,
+``benchmarks.suites.soak``) lies between its two markers and
 is kept across those rewrites.
 """
 

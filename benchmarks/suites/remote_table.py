@@ -1,6 +1,6 @@
 """A table on a LanceDB server against the same table read locally, behind a per-request latency.
 
-    python -m benchmarks.remote_table [--rows 1000000] [--latency-ms 25] [--out docs/benchmarks.md]
+    python -m benchmarks remote_table [--rows 1000000] [--latency-ms 25] [--out docs/benchmarks.md]
 
 Writes ``--rows`` rows of (id int64, label int32, float32[128]) in 16 fragments,
 serves them with the LanceDB stand-in (``benchmarks/lancedb_server.py``, its own
@@ -26,11 +26,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import sections
-from .document import load_average, machine_facts
-from .lancedb_stand_in import StandIn, running
-from .measure import Caps, time_items
-from .tables import TableRef, wide_chunk, write_table
+from benchmarks.harness import sections
+from benchmarks.harness.lancedb_stand_in import StandIn, running
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.measure import Caps, time_items
+from benchmarks.harness.tables import TableRef, wide_chunk, write_table
 
 BATCH = 256
 SPLITS = 16
@@ -105,7 +105,7 @@ def report(results: dict[str, dict[str, float]], extra: dict[str, float], args: 
     lines = [
         "## Remote LanceDB tables",
         "",
-        f"`python -m benchmarks.remote_table --rows {args.rows} --latency-ms {args.latency_ms:g}`: "
+        f"`python -m benchmarks remote_table --rows {args.rows} --latency-ms {args.latency_ms:g}`: "
         f"{args.rows:,} rows (id, label, float32[128]) in {FRAGMENTS} fragments, served by the LanceDB "
         f"stand-in with {args.latency_ms:g} ms before every answer and read through lancedb's remote "
         f"client, against the same table read locally; {SPLITS} splits, batches of {BATCH}; "
@@ -152,7 +152,9 @@ def _verdict(passed: bool) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Build the table, serve it, measure, print (and with ``--out`` publish) the section."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks remote_table", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--latency-ms", type=float, default=25.0)
     parser.add_argument("--out", type=Path, default=None)
@@ -166,7 +168,3 @@ def main(argv: list[str] | None = None) -> None:
                 results[f"remote, k={workers}"] = measure_case(server, local, workers)
             extra = measure_startup(server, local)
     sections.publish(report(results, extra, args), name="remote-table", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

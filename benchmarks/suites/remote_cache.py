@@ -1,8 +1,8 @@
-"""The local cache (``cache_dir=``) of ``benchmarks.remote``: two epochs with and without it.
+"""The local cache (``cache_dir=``) of the ``remote`` suite: two epochs with and without it.
 
-    python -m benchmarks.remote_cache [--rows 200000 1000000] [--delay 25] [--out docs/benchmarks.md]
+    python -m benchmarks remote_cache [--rows 200000 1000000] [--delay 25] [--out docs/benchmarks.md]
 
-(``python -m benchmarks.remote`` runs it too, on its tables, unless ``--no-cache``.)
+(``python -m benchmarks remote`` runs it too, on its tables, unless ``--no-cache``.)
 For each table size: ours with the remote profile (k=0, batches of 256) reads two
 epochs in one fresh process through the relay, without the cache and with an empty
 one; then a second process reads an epoch over the warm cache (another run on the
@@ -26,9 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import sections
-from .remote_contenders import BATCH_SIZE, NUM_SPLITS, Where
-from .s3 import Store, running_store
+from benchmarks.cases.remote_contenders import BATCH_SIZE, NUM_SPLITS, Where, write_tables
+from benchmarks.harness import sections
+from benchmarks.harness.s3 import Store, running_store
 
 RUNS = (
     ("remote", "bucket, no cache"),
@@ -79,7 +79,7 @@ def _run(where: Where, cache_dir: str | None, store: Store | None, epochs: int) 
     if store is not None:
         store.reset()
     relay = store.relay_endpoint if store is not None else ""
-    command = [sys.executable, "-m", "benchmarks.remote_cache", "--probe", json.dumps(asdict(where))]
+    command = [sys.executable, "-m", "benchmarks", "remote_cache", "--probe", json.dumps(asdict(where))]
     command += [cache_dir or "", relay, str(epochs)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode:
@@ -130,7 +130,7 @@ def render(measured: dict[int, dict[str, Any]], delay: float, repeats: int) -> s
     lines = [
         "## Object storage: the local cache",
         "",
-        f"`python -m benchmarks.remote_cache` (also run by `python -m benchmarks.remote`): ours "
+        f"`python -m benchmarks remote_cache` (also run by `python -m benchmarks remote`): ours "
         f'with `storage_profile="remote"`, k=0, batches of {BATCH_SIZE}, {NUM_SPLITS} splits, on '
         f"tables of 0.5 KiB rows in 16 fragments on moto's S3 server behind a relay adding "
         f"{delay:g} ms to every request. Two epochs in one fresh process; rows/s over each "
@@ -192,10 +192,8 @@ def main(argv: list[str] | None = None) -> None:
         result = probe(Where(**json.loads(where)), cache_dir or None, relay or None, int(epochs))
         print(json.dumps(result), flush=True)
         return
-    from .remote import _tables
-
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.remote_cache", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks remote_cache", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delay", type=float, default=25.0, help="ms per request (25)")
@@ -205,10 +203,6 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder, running_store(os.path.join(folder, "server.log")) as store:
-        tables = {rows: _tables(folder, store, rows) for rows in args.rows}
+        tables = {rows: write_tables(folder, store, rows) for rows in args.rows}
         text = run(args, folder, store, tables)
     sections.publish(text, name="remote-cache", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

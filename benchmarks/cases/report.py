@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .contenders import CONTENDERS, SUSTAINED, Contender
-from .measure import Run
-from .scenarios import MixingRow
+from benchmarks.cases.contenders import CONTENDERS, SUSTAINED, Contender
+from benchmarks.cases.scenarios import MixingRow
+from benchmarks.harness.measure import Run
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Start the LanceDB server stand-in (``benchmarks.lancedb_server``) in its own process and steer it.
+"""Start the LanceDB server stand-in (``benchmarks.harness.lancedb_server``) in its own process and steer it.
 
 ```python
 with running(root, api_key="sk-test") as server:
@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lancedb_server import KEY_VARIABLE
+from benchmarks.harness.lancedb_server import KEY_VARIABLE
 
 __all__ = ["DATABASE", "StandIn", "running"]
 
@@ -88,11 +88,19 @@ class StandIn:
 @contextlib.contextmanager
 def running(root: str, *, api_key: str, latency_ms: float = 0.0) -> Iterator[StandIn]:
     """Serve the tables of ``root`` (``lancedb.connect(root)``'s layout) until the block ends."""
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [here, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     environment = {**os.environ, KEY_VARIABLE: api_key, "PYTHONPATH": os.pathsep.join(paths)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.lancedb_server", "--root", root, "--latency-ms", str(latency_ms)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.harness.lancedb_server",
+            "--root",
+            root,
+            "--latency-ms",
+            str(latency_ms),
+        ],
         stdout=subprocess.PIPE,
         env=environment,
         text=True,

@@ -1,6 +1,6 @@
 """A LanceDB server stand-in: the HTTP API of lancedb's remote client, over local Lance tables.
 
-``python -m benchmarks.lancedb_server --root DIR`` serves every ``DIR/NAME.lance``
+``python -m benchmarks.harness.lancedb_server --root DIR`` serves every ``DIR/NAME.lance``
 (the layout of ``lancedb.connect(DIR)``) as table ``NAME`` of any database, to a
 client made with ``lancedb.connect("db://NAME", api_key=..., host_override=URL)``.
 Counts, versions, filters and takes are answered by Lance from the real table, so
@@ -18,7 +18,7 @@ Control routes (``/_stand_in/...``, never counted): ``stats`` (requests by route
 rows answered), ``reset``, ``latency`` (per-request delay) and ``fault`` (the next
 ``count`` requests of a route answer a status, stall, or drop the connection).
 It lives in the benchmarks harness, not in ``streaming``: tests, the benchmark and
-the docs all start it with ``benchmarks.lancedb_stand_in.running``.
+the docs all start it with ``benchmarks.harness.lancedb_stand_in.running``.
 """
 
 from __future__ import annotations

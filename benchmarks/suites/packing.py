@@ -1,6 +1,6 @@
 """Sequence-packing throughput, ours against the peer, side by side in one run.
 
-    python -m benchmarks.packing [--docs 20000] [--out docs/benchmarks.md]
+    python -m benchmarks packing [--docs 20000] [--out docs/benchmarks.md]
 
 Builds a LanceDB table of token lists (lengths 0 .. 2 * mean, seeded), then
 iterates packed blocks of 512 tokens with the same settings for every contender
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import sections
+from benchmarks.harness import sections
 
 BLOCK, EOS, PAD, SPLITS, FRAGMENTS = 512, 1, 0, 16, 16
 
@@ -112,7 +112,7 @@ def section(rows: list[tuple[str, float, float, int]], docs: int, blocks: int) -
     lines = [
         "## Sequence packing",
         "",
-        f"`python -m benchmarks.packing --docs {docs}`: {docs:,} documents in {FRAGMENTS} fragments, "
+        f"`python -m benchmarks packing --docs {docs}`: {docs:,} documents in {FRAGMENTS} fragments, "
         f"blocks of {BLOCK} tokens, {SPLITS} splits, blocks_per_epoch={blocks:,} (every token fits), "
         "tokens/s after the first block.",
         "",
@@ -127,7 +127,7 @@ def section(rows: list[tuple[str, float, float, int]], docs: int, blocks: int) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks packing", description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=20_000)
     parser.add_argument("--mean", type=int, default=256, help="mean tokens per document")
     parser.add_argument("--cap", type=float, default=30.0, help="seconds per contender at most")
@@ -146,7 +146,3 @@ def main(argv: list[str] | None = None) -> int:
     text = section(rows, args.docs, blocks)
     sections.publish(text, name="packing", out=args.out)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The contenders of ``benchmarks.remote``: one pass of a table, local or on object storage.
+"""The contenders of the ``remote`` suite: one pass of a table, local or on object storage.
 
 Each factory takes the table's URI, its storage options (``None`` locally) and the
 LanceDB directory it lives in, and returns the batches a trainer would loop over.
@@ -7,9 +7,13 @@ LanceDB directory it lives in, and returns the batches a trainer would loop over
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from benchmarks.harness.s3 import BUCKET, Store
+from benchmarks.harness.tables import wide_chunk, write_table
 
 BATCH_SIZE = 256
 NUM_SPLITS = 16
@@ -33,6 +37,15 @@ class Where:
         import lancedb
 
         return lancedb.connect(self.directory, storage_options=self.options).open_table(TABLE)
+
+
+def write_tables(folder: str, store: Store, rows: int) -> tuple[Where, Where]:
+    """The table of ``rows`` rows on local disk and on the server (read through the relay)."""
+    local_dir, remote_dir = os.path.join(folder, f"local{rows}"), f"s3://{BUCKET}/db{rows}"
+    write_table(local_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk)
+    direct = store.options(relayed=False)
+    write_table(remote_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk, storage_options=direct)
+    return Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
 
 
 def raw_scan(where: Where) -> Iterator[Any]:

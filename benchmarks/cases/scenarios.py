@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .contenders import BATCH_SIZE, NUM_SPLITS
-from .measure import Caps, close_iterator, time_items
-from .tables import TableRef
+from benchmarks.cases.contenders import BATCH_SIZE, NUM_SPLITS
+from benchmarks.harness.measure import Caps, close_iterator, time_items
+from benchmarks.harness.tables import TableRef
 
 
 def plan_timing(*, fragments: int, rows_per_fragment: int, repeats: int) -> dict[str, float]:

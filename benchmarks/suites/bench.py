@@ -1,4 +1,4 @@
-"""``python -m benchmarks.bench``: every throughput contender in one run, tables and a plot.
+"""Every throughput contender in one run: start-up, resume, memory, mixing; tables and a plot.
 
 Builds its tables in a temporary directory, measures throughput of every contender
 side by side, start-up and memory in fresh processes, the pure plan at 1B rows,
@@ -17,14 +17,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from . import sections
-from .contenders import CONTENDERS, SUSTAINED, preload, run_contender, run_sustained
-from .document import load_average, machine_facts, render
-from .measure import Caps
-from .probes import run_probe
-from .report import Results, plot
-from .scenarios import mixing_row, plan_timing, resume_timing
-from .tables import TableRef, narrow_chunk, sorted_chunk, wide_chunk, write_table
+from benchmarks.cases.contenders import CONTENDERS, SUSTAINED, preload, run_contender, run_sustained
+from benchmarks.cases.document import render
+from benchmarks.cases.probes import run_probe
+from benchmarks.cases.report import Results, plot
+from benchmarks.cases.scenarios import mixing_row, plan_timing, resume_timing
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.measure import Caps
+from benchmarks.harness.tables import TableRef, narrow_chunk, sorted_chunk, wide_chunk, write_table
 
 BLOCK_SIZES = (16, 64, 256, 1024)
 
@@ -86,7 +87,7 @@ SMOKE = dataclasses.replace(
 
 def parse_args(argv: list[str]) -> tuple[Sizes, Path]:
     """Sizes and output path from the command line."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks bench", description=__doc__)
     parser.add_argument("--rows", type=int, help="rows of the default table (200,000; --quick 20,000)")
     parser.add_argument("--fragments", type=int, help="fragments of every table (16)")
     parser.add_argument("--seconds", type=float, help="steady-state time cap per contender (15; --quick 3)")
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     sizes, out = parse_args(argv)
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-    results = run(sizes, " ".join(["python -m benchmarks.bench", *argv]))
+    results = run(sizes, " ".join(["python -m benchmarks bench", *argv]))
     image = out.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     drew = plot(results, image)
@@ -282,7 +283,3 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     _log(f"wrote {out}" + (f" and {image}" if drew else " (no plot: matplotlib is not installed)"))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

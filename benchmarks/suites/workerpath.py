@@ -1,6 +1,6 @@
 """The worker path's cost: CPU per row with two workers against none, in one run.
 
-    python -m benchmarks.workerpath [--rows 200000] [--repeats 3] [--out docs/benchmarks.md]
+    python -m benchmarks workerpath [--rows 200000] [--repeats 3] [--out docs/benchmarks.md]
 
 A table of ``--rows`` rows of (id int64, label int32, float32[128]) in 16 fragments,
 ``StreamingDataset(table, num_splits=16)`` and ``StreamingDataLoader(batch_size=256)``
@@ -26,11 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import sections
-from .document import load_average, machine_facts
-from .measure import Caps, Run, time_items
-from .mixtures import busy
-from .tables import TableRef, wide_chunk, write_table
+from benchmarks.harness import sections
+from benchmarks.harness.machine import load_average, machine_facts
+from benchmarks.harness.measure import Caps, Run, time_items
+from benchmarks.harness.tables import TableRef, wide_chunk, write_table
+from benchmarks.suites.mixtures import busy
 
 BATCH = 256
 SPLITS = 16
@@ -115,7 +115,7 @@ def report(results: dict[str, dict[str, float]], rows: int, repeats: int) -> str
     lines = [
         "## Worker path",
         "",
-        f"`python -m benchmarks.workerpath --rows {rows} --repeats {repeats}`: {rows:,} rows "
+        f"`python -m benchmarks workerpath --rows {rows} --repeats {repeats}`: {rows:,} rows "
         f"(id, label, float32[128]), {FRAGMENTS} fragments, {SPLITS} splits, batches of {BATCH}; "
         f"medians of {repeats} alternating runs, steady state after the first batch; "
         f"{facts['cores']} cores ({facts['cpu']}), commit {facts.get('commit', 'unknown')}, "
@@ -149,7 +149,9 @@ def report(results: dict[str, dict[str, float]], rows: int, repeats: int) -> str
 
 def main(argv: list[str] | None = None) -> None:
     """Build the table, measure, print (and with ``--out`` publish) the section."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks workerpath", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
@@ -158,7 +160,3 @@ def main(argv: list[str] | None = None) -> None:
         table = write_table(folder, "wide", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)
         results = measure(table, args.repeats)
     sections.publish(report(results, args.rows, args.repeats), name="workerpath", out=args.out)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """A delaying HTTP relay in front of an S3-compatible server, in a process of its own.
 
-    python -m benchmarks.relay --upstream 127.0.0.1:PORT [--delay-ms 25]
+    python -m benchmarks.harness.relay --upstream 127.0.0.1:PORT [--delay-ms 25]
 
 It prints the port it listens on (127.0.0.1) and relays every request to the
 upstream server after ``--delay-ms`` milliseconds, as a remote store's round trip
@@ -207,7 +207,7 @@ async def _main(upstream: tuple[str, int], delay_s: float, port: int) -> None:
 
 def main() -> None:
     """Parse the command line and relay until killed."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.relay", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.harness.relay", description=__doc__)
     parser.add_argument("--upstream", required=True, help="HOST:PORT of the S3-compatible server")
     parser.add_argument("--delay-ms", type=float, default=25.0, help="added to every request (25)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on (0: any free one)")
