@@ -13,9 +13,11 @@ if TYPE_CHECKING:
     from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
+        CacheUnusedWarning,
         CacheWarning,
         EpochCompleteWarning,
         PackingEstimateWarning,
+        PartialStateWarning,
         SeededTransformWarning,
         SnapshotGoneError,
         StreamingWarning,
@@ -25,18 +27,23 @@ if TYPE_CHECKING:
         TransformErrorWarning,
         UnownedSplitsWarning,
     )
+    from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
 
 __all__ = [
+    "CacheUnusedWarning",
     "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
+    "PartialStateWarning",
     "SeededTransformWarning",
     "SnapshotGoneError",
     "StreamingDataLoader",
     "StreamingDataset",
     "StreamingMixture",
+    "StreamingTrainerCallback",
+    "StreamingTrainerMixin",
     "StreamingWarning",
     "TableMovedWarning",
     "TorchrunStoreWarning",
@@ -51,14 +58,18 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
     "PackingEstimateWarning": ".errors",
+    "PartialStateWarning": ".errors",
     "SeededTransformWarning": ".errors",
     "SnapshotGoneError": ".errors",
     "StreamingDataLoader": ".loader.loader",
     "StreamingDataset": ".dataset.dataset",
     "StreamingMixture": ".mixture.mixture",
+    "StreamingTrainerCallback": ".loader.hf",
+    "StreamingTrainerMixin": ".loader.hf",
     "StreamingWarning": ".errors",
     "TableMovedWarning": ".errors",
     "TorchrunStoreWarning": ".errors",

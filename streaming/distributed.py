@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
 from .dataset.dataset import StreamingDataset
+from .errors import PartialStateWarning
 from .mixture.mixture import StreamingMixture
 
 __all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
@@ -50,24 +52,54 @@ def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
 
 
 def save_state_dict(state: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Write a (merged) state as JSON, atomically: a crash never leaves half a file."""
+    """Write a (merged) state as JSON, atomically: a crash never leaves half a file.
+
+    The JSON goes to ``<path>.partial``, is flushed to disk, and is then renamed over
+    ``path``, so ``path`` always holds a complete state (the previous one until the
+    rename). A process killed mid-write leaves ``<path>.partial`` behind: this
+    function overwrites it on the next save, and ``load_state_dict`` never reads it
+    and warns ``PartialStateWarning`` while it is there.
+    """
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(json.dumps(state))
-    os.replace(partial, target)
+    text = json.dumps(state)
+    with open(_partial(target), "w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(_partial(target), target)
 
 
 def load_state_dict(obj: _Stateful, state: dict[str, Any] | str | os.PathLike[str]) -> None:
     """Load a merged state (a dict or a JSON file written by ``save_state_dict``).
 
     Every rank of the new run, with any world size or worker count, loads the same
-    merged state; each then continues with the splits it owns.
+    merged state; each then continues with the splits it owns. A ``<file>.partial``
+    beside the file (an interrupted save) is ignored with a ``PartialStateWarning``.
     """
     obj.load_state_dict(state if isinstance(state, dict) else _read(Path(state)))
 
 
+def _partial(path: Path) -> Path:
+    return path.with_name(path.name + ".partial")
+
+
 def _read(path: Path) -> dict[str, Any]:
     """A state file written by ``save_state_dict``; a damaged one is named in the error."""
+    partial = _partial(path)
+    if partial.exists():
+        if not path.exists():
+            raise FileNotFoundError(
+                f"no state at {path}: only {partial.name}, the leftover of a save_state_dict that was "
+                "interrupted before it finished, is there; it may be incomplete and is never read: "
+                "resume from an earlier checkpoint"
+            )
+        warnings.warn(
+            f"{partial} is the leftover of a save_state_dict that was interrupted mid-write (or of one "
+            f"still running); it is ignored and {path.name}, the last complete state, is loaded; "
+            "the next save_state_dict to this path replaces it (or delete it)",
+            PartialStateWarning,
+            stacklevel=3,
+        )
     try:
         loaded = json.loads(path.read_text())
     except ValueError as error:

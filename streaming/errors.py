@@ -7,12 +7,15 @@ Hierarchy::
      └── TransformContractError   a transform returned another number of samples than rows
     UserWarning
      └── StreamingWarning         base of every warning, so users can filter them all
+          ├── CacheWarning
+          │    └── CacheUnusedWarning
           ├── EpochCompleteWarning
           ├── TableMovedWarning
           ├── UnownedSplitsWarning
           ├── TransformErrorWarning
           ├── SeededTransformWarning
           ├── PackingEstimateWarning
+          ├── PartialStateWarning
           └── TorchrunStoreWarning
 
 Everything else raises the built-in exceptions: ``ValueError`` for bad settings or
@@ -23,9 +26,11 @@ time (each message says what to do instead).
 from __future__ import annotations
 
 __all__ = [
+    "CacheUnusedWarning",
     "CacheWarning",
     "EpochCompleteWarning",
     "PackingEstimateWarning",
+    "PartialStateWarning",
     "SeededTransformWarning",
     "SnapshotGoneError",
     "StreamingWarning",
@@ -58,6 +63,12 @@ class CacheWarning(StreamingWarning):
     without the cache. Warned once per process and table."""
 
 
+class CacheUnusedWarning(CacheWarning):
+    """``cache_dir=`` was passed for a table on local disk, which the cache never copies
+    (nothing would be gained); the table is read where it is. Warned once per process
+    and table."""
+
+
 class EpochCompleteWarning(StreamingWarning):
     """An iterator was started on an epoch that was already fully delivered."""
 
@@ -81,6 +92,12 @@ class SeededTransformWarning(StreamingWarning):
 
 class PackingEstimateWarning(StreamingWarning):
     """``blocks_per_epoch="auto"`` estimated the block budget from a sample."""
+
+
+class PartialStateWarning(StreamingWarning):
+    """``load_state_dict`` found ``<file>.partial`` beside a state file: the leftover of a
+    ``save_state_dict`` that was killed mid-write. It is never read (the complete file
+    is); the next ``save_state_dict`` to that path replaces it."""
 
 
 class TorchrunStoreWarning(StreamingWarning):

@@ -1,28 +1,25 @@
 """Fixtures: the table shapes every guarantee is checked on; and a run leaves /dev/shm as it found it.
 
-A test that leaves an entry in ``/dev/shm`` that no live process maps or holds open
-(a ``sem.mp-*`` semaphore, a ``torch_*`` or ``lsr*`` segment: nothing will ever
-remove it) fails at its teardown, naming the entries; the session fails too if any
-such entry, new since it started, is left at its end (with the test it appeared in).
-Entries some live process still uses are not leftovers: a running iterator's
-queues, or another job's on a shared machine; nor are those removed within
-``GRACE_SECONDS`` (by the resource tracker of a process that just exited).
+A test that leaves an entry in ``/dev/shm`` that this run created and that no live
+process maps or holds open (a ``sem.mp-*`` semaphore, a ``torch_*`` or ``lsr*``
+segment: nothing will ever remove it) fails at its teardown, naming the entries; the
+session fails too if any such entry, new since it started, is left at its end (with
+the test it appeared in). Entries some live process still uses are not leftovers (a
+running iterator's queues), nor are those removed within ``GRACE_SECONDS`` (by the
+resource tracker of a process that just exited). Entries other jobs on the machine
+create are never judged: ``shm_watch`` says how an entry is known to be this run's.
 """
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import pytest
+from shm_watch import GRACE_SECONDS, SHM, Run, shm_leftovers, shm_names
 
 from helpers import make_table
 
-SHM = Path("/dev/shm")
-GRACE_SECONDS = 3.0
-"""How long an unused entry may take to go: a process that just exited has no mapping
-left, and its resource tracker removes its semaphores a moment later."""
+__all__ = ["GRACE_SECONDS", "SHM", "shm_leftovers", "shm_names"]
 
 # name -> (fragment sizes, deleted ids)
 SHAPES = {
@@ -46,89 +43,44 @@ def small_uri(tmp_path: Path) -> str:
     return make_table(tmp_path / "small.lance", [50, 7, 33, 34], deleted=[4, 55, 60])
 
 
-def shm_names() -> set[str]:
-    """The names in ``/dev/shm`` now (none where there is no ``/dev/shm``)."""
-    try:
-        return set(os.listdir(SHM))
-    except FileNotFoundError:
-        return set()
-
-
-def _inode(path: str | Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-def _inodes_in_use() -> set[int]:
-    """Inodes of ``/dev/shm`` files some live process maps or holds open.
-
-    glibc creates a semaphore under a temporary name and links it to its real one,
-    so a mapping may show another name: inodes are compared, not names.
-    """
-    inodes: set[int] = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:  # gone, or not ours to read
-            continue
-        inodes.update(int(line.split()[4]) for line in maps.splitlines() if " /dev/shm/" in line)
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(f"{SHM}/"):
-                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
-            except OSError:
-                continue
-    return inodes
-
-
-def _unused(names: set[str]) -> list[str]:
-    present = {name: _inode(SHM / name) for name in names}
-    present = {name: inode for name, inode in present.items() if inode is not None}
-    if not present:
-        return []
-    used = _inodes_in_use()
-    return sorted(name for name, inode in present.items() if inode not in used)
-
-
-def shm_leftovers(names: set[str], *, grace: float = GRACE_SECONDS) -> list[str]:
-    """Those of ``names`` still in ``/dev/shm`` that no live process maps or holds open,
-    and that nobody removes within ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    left = _unused(names)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)  # polling files with a deadline, not a guess at timing
-        left = _unused(set(left))
-    return left
-
-
 class ShmWatch:
-    """Which test each new ``/dev/shm`` entry first appeared in, for the session's check."""
+    """This run's processes and entries, and which test each new entry first appeared in."""
 
     def __init__(self) -> None:
         self.before = shm_names()
         self.origin: dict[str, str] = {}
+        self.run = Run()
 
     def seen(self, names: set[str], nodeid: str) -> None:
         for name in names:
             self.origin.setdefault(name, nodeid)
 
     def report(self) -> list[str]:
-        """One line per leftover new since the session started, naming its test."""
-        left = shm_leftovers(shm_names() - self.before)
+        """One line per leftover of this run new since the session started, naming its test."""
+        left = self.run.leftovers(shm_names() - self.before)
         return [f"{SHM / name} (appeared during {self.origin.get(name, 'no test')})" for name in left]
 
 
 SHM_WATCH = pytest.StashKey[ShmWatch]()
 
 
-@pytest.fixture(scope="session", autouse=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Mark this run's semaphore names and start watching its processes, before any test."""
+    watch = config.stash.setdefault(SHM_WATCH, ShmWatch())
+    watch.run.mark_semaphores()
+    watch.run.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    watch = config.stash.get(SHM_WATCH, None)
+    if watch is not None:
+        watch.run.stop()
+
+
+@pytest.fixture(scope="session")
 def _shm_watch(request: pytest.FixtureRequest) -> ShmWatch:
-    """What ``/dev/shm`` held before the first test (set up before every other fixture)."""
-    watch = request.config.stash.setdefault(SHM_WATCH, ShmWatch())
-    return watch
+    """The run's watch (made by ``pytest_configure``)."""
+    return request.config.stash[SHM_WATCH]
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +92,7 @@ def _leaves_no_shm_behind(request: pytest.FixtureRequest, _shm_watch: ShmWatch):
     if not new:
         return
     _shm_watch.seen(new, request.node.nodeid)
-    left = shm_leftovers(new)
+    left = _shm_watch.run.leftovers(new)
     if left:
         pytest.fail(
             f"{request.node.nodeid} left in /dev/shm, used by no process: {left}. "

@@ -88,3 +88,26 @@ def test_prepare_save_state_load_state_resume_exactly(uri, workers, dispatch, tm
     train(accelerator, model, optimizer, batches, after)
     assert before == reference[:6]
     assert after == reference[6:], "the resumed run is not exactly the rest of the epoch"
+
+
+def test_two_processes_share_one_state_file_and_resume_exactly(uri, tmp_path):
+    """Two gloo processes: save_state writes every rank's loader state to one
+    dl_state_dict.bin, which keeps one rank's whole state; load_state gives it to both
+    ranks, and the runs together deliver every planned row once."""
+    import json
+    from pathlib import Path
+
+    from test_distributed import launch_script
+
+    from helpers import ids_of
+
+    script = Path(__file__).with_name("accelerate_rank.py")
+    codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}")
+    assert codes == [0, 0], "\n".join(outputs)
+    reports = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in range(2)]
+    assert [report["world"] for report in reports] == [2, 2]
+    owned = [report["own"] for report in reports]
+    assert owned == [[0, 2], [1, 3]] and reports[0]["file"] == reports[1]["file"] in owned
+    delivered = [i for report in reports for batch in report["seen"] for i in batch]
+    data = StreamingDataset(uri, num_splits=4, shuffle_seed=5, block_rows=4, shuffle_buffer_size=32)
+    assert sorted(delivered) == sorted(ids_of(data)), "rows delivered twice or never"

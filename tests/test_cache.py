@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,7 @@ import pytest
 
 from benchmarks.harness.s3 import BUCKET, Store, running_store
 from benchmarks.harness.tables import wide_chunk
-from streaming import StreamingDataLoader, StreamingDataset
+from streaming import CacheUnusedWarning, StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
 from streaming.core.cachesettings import CACHE_DIR_ENV, CACHE_LIMIT_ENV, CacheSettings, cache_settings
 from streaming.read import diskcache
@@ -203,14 +204,24 @@ def test_cache_settings_come_from_the_keywords_else_the_environment(tmp_path):
         cache_settings(3, None, {})
 
 
-def test_a_local_table_ignores_the_cache(tmp_path):
-    uri = str(tmp_path / "t.lance")
+def test_a_local_table_ignores_the_cache_and_warns_once(tmp_path, monkeypatch):
+    """``cache_dir=`` cannot speed up a table already on local disk: one
+    ``CacheUnusedWarning`` per process and table, nothing written, the same samples."""
+    uri, folder = str(tmp_path / "t.lance"), tmp_path / "cache"
     lance.write_dataset(wide_chunk(0, 64), uri)
-    data = StreamingDataset(uri, num_splits=2, cache_dir=tmp_path / "cache")
-    assert sorted(
-        i for batch in StreamingDataLoader(data, batch_size=8) for i in batch["id"].tolist()
-    ) == list(range(64))
-    assert not (tmp_path / "cache").exists() and data.stats()["rows_cached"] == 0
+    with pytest.warns(CacheUnusedWarning, match=r"cache_dir='.*cache' is not used for '.*t\.lance'.*leave"):
+        data = StreamingDataset(uri, num_splits=2, cache_dir=folder)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process and table: no second warning
+        again = StreamingDataset(uri, num_splits=2, cache_dir=folder)
+        monkeypatch.setenv(CACHE_DIR_ENV, str(folder))  # meant for every table: never warned
+        from_env = StreamingDataset(uri, num_splits=2)
+    for each in (data, again, from_env):
+        assert sorted(
+            i for batch in StreamingDataLoader(each, batch_size=8) for i in batch["id"].tolist()
+        ) == list(range(64))
+        assert each.stats()["rows_cached"] == 0
+    assert not folder.exists(), "nothing is cached for a local table"
 
 
 # -- one process -----------------------------------------------------------------------

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from streaming import StreamingDataset, gather_state_dict
+from streaming import (
+    PartialStateWarning,
+    StreamingDataset,
+    gather_state_dict,
+    load_state_dict,
+    save_state_dict,
+)
 
 from helpers import FailOnIds, ids_of, make_table
 
@@ -250,3 +256,59 @@ def test_endless_ranks_cross_epochs_at_the_same_step_and_resume_on_another_world
     assert total == planned(uri, 8, epoch=1), "epoch 1 not exactly once across the resume"
     by_step = {record["step"]: record["epoch"] for record in resumed}
     assert [by_step[step] for step in sorted(by_step)] == [1] * 6 + [2] * 8, "32 samples per rank left"
+
+
+KILLED_SAVE = """
+import json, os, sys
+from streaming import save_state_dict
+first, second, path = sys.argv[1:]
+save_state_dict(json.loads(open(first).read()), path)  # a complete state
+def killed_here(fd):  # the second save is SIGKILLed after its write, before its rename
+    print("writing", flush=True)
+    sys.stdin.read()
+os.fsync = killed_here
+save_state_dict(json.loads(open(second).read()), path)
+"""
+
+
+def test_a_save_killed_mid_write_leaves_the_last_state_and_a_partial_file_ignored_loudly(uri, tmp_path):
+    """A process SIGKILLed inside ``save_state_dict`` leaves ``<path>.partial``: loading
+    warns and reads the last complete state; the next save removes the leftover."""
+    data = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle_seed=3)
+    iterator = iter(data)
+    for _ in range(5):
+        next(iterator)
+    first = data.state_dict()
+    for _ in range(7):
+        next(iterator)
+    second = data.state_dict()
+    del iterator
+    (tmp_path / "first.json").write_text(json.dumps(first))
+    (tmp_path / "second.json").write_text(json.dumps(second))
+    path, partial = tmp_path / "state.json", tmp_path / "state.json.partial"
+    args = [str(tmp_path / "first.json"), str(tmp_path / "second.json"), str(path)]
+    saver = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SAVE, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert saver.stdout.readline() == "writing\n", "the saver died before its second save"
+    finally:
+        saver.kill()
+        saver.communicate(timeout=60)
+    assert saver.returncode == -9
+    assert partial.exists(), "a save killed mid-write leaves its partial file"
+    assert json.loads(path.read_text()) == first, "the last complete state is untouched"
+
+    resumed = StreamingDataset(uri, num_splits=NUM_SPLITS, shuffle_seed=3)
+    with pytest.warns(PartialStateWarning, match=r"state\.json\.partial is the leftover of a save"):
+        load_state_dict(resumed, path)
+    assert resumed.state_dict()["samples_consumed_per_split"] == first["samples_consumed_per_split"]
+
+    save_state_dict(second, path)
+    assert not partial.exists(), "the next save replaces the leftover"
+    assert json.loads(path.read_text()) == second
+
+    path.unlink()
+    partial.write_text('{"format_version": 2, "num_sp')  # a first save, killed mid-write
+    with pytest.raises(FileNotFoundError, match=r"no state at .*state\.json: only state\.json\.partial"):
+        load_state_dict(resumed, path)

@@ -14,7 +14,9 @@ The site itself is built with warnings as errors by ``scripts/test.sh``.
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +110,28 @@ def test_errors_page_names_every_exception_and_warning():
 def test_python_blocks_are_found_and_skipped_by_the_rule():
     text = "intro\n```python\nprint(1)\n```\n\n```bash\nls\n```\n```python\n# not run\nx\n```\n"
     assert python_blocks(text) == [(3, "print(1)\n"), (10, "# not run\nx\n")]
+
+
+def test_the_readme_install_builds_a_wheel_that_installs_and_runs(tmp_path):
+    """The package is on no index: README's ``pip wheel`` of a checkout gives a wheel
+    that installs (here offline, dependencies taken from this environment) and runs."""
+    root = DOCS.parent
+    section = (root / "README.md").read_text().split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert "pip wheel --no-deps -w dist ." in section and "pip install .\n" in section, section
+    source = tmp_path / "checkout"  # what a checkout holds to build from, without our build outputs
+    shutil.copytree(root / "streaming", source / "streaming", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    run = functools.partial(subprocess.run, env=env, capture_output=True, text=True, timeout=300, check=True)
+    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist", "."], cwd=source)
+    (wheel,) = (source / "dist").glob("lance_streaming-*-py3-none-any.whl")
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)])
+    python = venv / "bin" / "python"
+    run([*pip, "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)], cwd=tmp_path)
+    where = run([str(python), "-c", "import streaming; print(streaming.__file__)"], cwd=tmp_path).stdout
+    assert where.startswith(str(venv)), f"imported {where}, not the installed wheel"
+    usage = run([str(venv / "bin" / "lance-streaming"), "--help"], cwd=tmp_path).stdout
+    assert "usage: lance-streaming" in usage

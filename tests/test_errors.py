@@ -218,3 +218,13 @@ def test_no_private_exception_can_reach_users():
     assert known, "no exception class found: the scan is broken"
     private = sorted(f"{file}:{name}" for file, name in found if name not in streaming.__all__)
     assert not private, f"exception classes users cannot import from streaming: {private}"
+
+
+def test_too_few_rows_raise_at_first_use_not_when_the_dataset_is_built(tmp_path):
+    """N < num_splits is refused when the version is first used (``len``, ``iter``,
+    ``state_dict``), so a resume can still pin a version that has enough rows (G10)."""
+    uri = make_table(tmp_path / "t.lance", [5])
+    dataset = StreamingDataset(uri, num_splits=8)  # built: nothing is planned yet
+    for use in (lambda: len(dataset), lambda: next(iter(dataset)), dataset.state_dict):
+        with pytest.raises(ValueError, match=r"5 rows to plan but num_splits=8; .*use num_splits <= 5"):
+            use()

@@ -10,6 +10,7 @@ that was never stopped: the same batches, every row once per epoch.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import lightning
@@ -198,3 +199,69 @@ def test_persistent_workers_train_and_validate_then_resume_exactly(uri, tmp_path
     for model in crash_and_resume.last:
         full = [sorted(seen) for seen in model.passes if len(seen) > 2 * BATCH]
         assert full and all(seen == every_row for seen in full), "a validation pass missed or repeated rows"
+
+
+class InterruptedAt(Recorder):
+    """A Ctrl-C (``KeyboardInterrupt``, as Python's SIGINT handler raises it) inside
+    ``training_step`` of global step ``at``, before that batch is trained."""
+
+    def __init__(self, make, at: int) -> None:
+        super().__init__(make)
+        self.at, self.interrupted = at, None
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == self.at:
+            self.interrupted = [int(i) for i in batch["id"]]
+            raise KeyboardInterrupt
+        return super().training_step(batch, batch_idx)
+
+
+def test_ctrl_c_inside_training_step_checkpoints_after_the_batch_it_was_given(uri, tmp_path):
+    """``OnExceptionCheckpoint`` saves the loader's state after the batch ``next()``
+    handed over (it was delivered), so the resumed fit starts after it: that one batch
+    is never trained, every other row once (docs/interop.md)."""
+    make = table_loader(uri, 0)
+    crashed = InterruptedAt(make, at=6)
+    on_exception = lightning.pytorch.callbacks.OnExceptionCheckpoint(dirpath=tmp_path)
+    handler = signal.getsignal(signal.SIGINT)  # Lightning ignores SIGINT once interrupted
+    try:
+        with pytest.raises(SystemExit):
+            plain_trainer(tmp_path / "run", max_epochs=1, callbacks=[on_exception]).fit(crashed)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert len(crashed.seen) == 6 and crashed.interrupted
+    resumed = Recorder(make)
+    checkpoint = tmp_path / "on_exception.ckpt"
+    resuming = plain_trainer(tmp_path / "run", max_epochs=1, enable_checkpointing=False)
+    resuming.fit(resumed, ckpt_path=checkpoint)
+    assert crashed.interrupted not in resumed.seen, "the interrupted batch was delivered: not given again"
+    trained = [*crashed.seen, crashed.interrupted, *resumed.seen]
+    assert len(trained) == EPOCH_BATCHES[0]
+    every_row_once_per_epoch(uri, trained, epochs=1)
+
+
+LEN_WARNING = "Your `IterableDataset` has `__len__` defined"
+LEN_FILTER = f'warnings.filterwarnings("ignore", message="{LEN_WARNING}")'
+"""The line docs/interop.md gives: Lightning has no supported way to hear that a ``len()`` is exact."""
+
+
+def fit_warnings(uri: str, root: Path, *, filtered: bool) -> list[str]:
+    """Messages of the warnings a two-step fit on the loader raises (the documented filter or not)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if filtered:
+            exec(LEN_FILTER, {"warnings": warnings})
+        plain_trainer(root, max_steps=2, enable_checkpointing=False).fit(Recorder(table_loader(uri, 0)))
+    return [str(warning.message) for warning in caught]
+
+
+def test_the_documented_filter_silences_lightnings_len_warning(uri, tmp_path):
+    """Lightning warns on every fit that an IterableDataset's __len__ may be inaccurate (ours is
+    exact). The filter docs/interop.md gives silences it; if Lightning stops warning, this fails
+    so that the docs drop the line."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "interop.md").read_text()
+    assert LEN_FILTER in page, "docs/interop.md no longer gives the filter this test checks"
+    assert any(message.startswith(LEN_WARNING) for message in fit_warnings(uri, tmp_path, filtered=False))
+    assert not any(LEN_WARNING in message for message in fit_warnings(uri, tmp_path, filtered=True))

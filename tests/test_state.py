@@ -80,7 +80,8 @@ MALFORMED = [
         "'epoch' must be a non-negative integer, got '1'; write epoch=1 \\(an integer, not the str '1'\\)",
     ),
     (("shuffle",), 1, "'shuffle' must be a bool, got 1; restore the value state_dict\\(\\) wrote"),
-    (("samples_consumed_per_split",), [1], "has 1 entries but num_splits=2"),
+    (("samples_consumed_per_split",), [1], r"has 1 entries but num_splits=2; .*restore the lists"),
+    (("num_splits",), 3, r"has 2 entries but num_splits=3; .*edited: restore num_splits=2, the length"),
     (
         ("samples_consumed_per_split",),
         [-1, 0],
@@ -104,7 +105,7 @@ MALFORMED = [
         r"of the table it names .* or restore the value state_dict\(\) wrote \(at most \d+\)",
     ),
     (("positions_consumed_per_split",), [0, 0], "below samples_consumed_per_split"),
-    (("owned_splits",), [0, 7], "distinct splits in \\[0, 2\\)"),
+    (("owned_splits",), [0, 7], "distinct splits in \\[0, 2\\); .*restore the splits state_dict\\(\\) wrote"),
     (("table",), "somewhere", "'table' must be a dict"),
     (("table", "version"), 1.5, "'table.version' must be a positive integer, got 1.5; restore the value"),
 ]

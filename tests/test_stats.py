@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 
 import pyarrow as pa
 import pytest
+from mixtures import GLOBAL_BATCH, make_tables, mixture
 
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.core.stats import Counters
@@ -190,3 +192,29 @@ def test_running_gauges_equal_a_walk_of_every_window(tmp_path, transform):
                 walked["raw_rows"] += walked.pop("ready_rows")
             assert gauges == walked
         assert all(readers.remaining(split) == 0 for split in range(3))
+
+
+@pytest.mark.parametrize(("workers", "persistent"), [(0, False), (2, False), (2, True)])
+def test_mixture_stats_accumulate_across_epochs_in_every_mode(tmp_path, workers, persistent):
+    """``StreamingMixture.stats()`` counts every row read since the mixture was built,
+    for k=0, for workers started per epoch, and for persistent workers alike: each
+    epoch adds about the rows it delivered."""
+    mix = mixture(make_tables(tmp_path), stop="first_exhausted")
+    loader = StreamingDataLoader(
+        mix,
+        batch_size=GLOBAL_BATCH,
+        num_workers=workers,
+        persistent_workers=persistent,
+        timeout=120 if workers else 0,
+    )
+    totals, delivered = [0], []
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        delivered.append(sum(len(batch["id"]) for batch in loader))
+        totals.append(mix.stats()["rows_read"])
+    added = [after - before for before, after in itertools.pairwise(totals)]
+    for epoch, (rows, read) in enumerate(zip(delivered, added)):
+        assert rows <= read <= 1.5 * rows, (
+            f"epoch {epoch} delivered {rows} rows but stats()['rows_read'] grew by {read} "
+            f"(totals {totals}, k={workers}, persistent_workers={persistent})"
+        )

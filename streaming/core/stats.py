@@ -66,6 +66,20 @@ class Counters:
             self.rows_dropped += dropped
             self.rows_cached += cached
 
+    def absorb(self, other: Counters) -> None:
+        """Add ``other``'s totals to these: a persistent worker keeps its own totals when
+        it takes over the trainer's copy of a source, whose counters start at zero."""
+        self.add(
+            rows=other.rows_read,
+            nbytes=other.bytes_read,
+            read=other.read_seconds,
+            transform=other.transform_seconds,
+            convert=other.convert_seconds,
+            windows=other.windows_read,
+            dropped=other.rows_dropped,
+            cached=other.rows_cached,
+        )
+
     def watch(self, gauges: Gauges | None) -> None:
         """Read the gauges from ``gauges`` (the running iterator's); ``None``: all zero."""
         self._gauges = gauges

@@ -29,7 +29,7 @@ from ..core.profiles import profile_for
 from ..core.progress import WorkerReport
 from ..core.stats import Counters
 from ..errors import EpochCompleteWarning
-from ..read import jobplan, source
+from ..read import cached, jobplan, source
 from ..read.view import TableView, open_view, unplanned_view
 from . import striped, torchrun, watchdog
 from .board import Board
@@ -276,6 +276,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         snapshot, handle = source.open_table(
             table, version=version, storage_options=storage_options, connection_factory=connection_factory
         )
+        cached.warn_unused(snapshot.uri, cache_dir=cache_dir)
         options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
         exact = simulated_splits(owned, worker_info_override, world_size=options.world_size)
         super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot), exact_splits=exact)

@@ -5,9 +5,10 @@
 the workers' shares into batches, ``worker`` is what runs in each worker,
 ``transfer``/``byvalue`` how batches travel, ``supervisor`` watches the workers,
 ``outputs`` explains batches that cannot be collated, ``seeding`` notices a seeding
-``worker_init_fn``, ``frameworks`` what Lightning and Accelerate expect. Imports
-``core``, ``read`` and ``dataset``; never ``mixture`` (a mixture's loader registers
-itself with ``StreamingDataLoader.serves``).
+``worker_init_fn``, ``frameworks`` what Lightning and Accelerate expect, ``hf`` how
+the Hugging Face ``Trainer`` resumes the loader (the only module that imports
+``transformers``). Imports ``core``, ``read`` and ``dataset``; never ``mixture`` (a
+mixture's loader registers itself with ``StreamingDataLoader.serves``).
 """
 
 __all__: list[str] = []

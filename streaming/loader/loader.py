@@ -104,7 +104,7 @@ class StreamingDataLoader(DataLoader[Any]):
             ``__iter__``.
         ValueError: a ``batch_size``, ``num_workers``, ``prefetch_factor`` or
             ``timeout`` out of range, an unknown ``len_counts``, ``in_order=False``,
-            a fork context, or a
+            ``drop_last=True`` with ``batch_size=None``, a fork context, or a
             worker count that does not divide the rank's splits.
     """
 
@@ -171,7 +171,7 @@ class StreamingDataLoader(DataLoader[Any]):
         checked = checked_numbers(given)
         batch_size, num_workers = checked["batch_size"], checked["num_workers"]
         prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
-        check_options(in_order=in_order)
+        check_options(in_order=in_order, batch_size=batch_size, drop_last=drop_last)
         check_len_counts(len_counts)
         columnar = self._columnar_for(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler

@@ -68,8 +68,15 @@ class EpochSampler(Sampler[None]):
             self._dataset.set_epoch(epoch)
 
 
-def check_options(*, in_order: bool) -> None:
-    """Refuse the DataLoader options the loader cannot honour (``in_order=False``)."""
+def check_options(*, in_order: bool, batch_size: int | None, drop_last: bool) -> None:
+    """Refuse the DataLoader options the loader cannot honour (``in_order=False``), and
+    those a DataLoader refuses too (``drop_last=True`` with ``batch_size=None``)."""
+    if drop_last and batch_size is None:
+        raise ValueError(
+            "StreamingDataLoader refuses drop_last=True with batch_size=None: without batches there "
+            "is no short last batch to drop (torch's DataLoader refuses the pair too); pass a "
+            "batch_size, or leave drop_last=False to yield single samples"
+        )
     if not in_order:
         raise ValueError(
             "StreamingDataLoader refuses in_order=False: batches must reach the trainer in the "

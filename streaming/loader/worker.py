@@ -109,6 +109,17 @@ def _pipe_sized(batch: dict[str, Any]) -> bool:
     return sum(getattr(value, "nbytes", 0) for value in batch.values()) <= _PIPE_BYTES
 
 
+_REBUILT = (
+    "a StreamingDataLoader's dataset and collate_fn are iterated by another DataLoader: "
+    "something rebuilt the loader, e.g. accelerate's skip_first_batches, which the Hugging Face "
+    "Trainer calls to skip the batches already trained when it resumes a checkpoint; such a "
+    "loader can neither skip nor yield these batches. With the Trainer, mix "
+    "streaming.StreamingTrainerMixin into your Trainer class (it saves the loader's state in "
+    "every checkpoint and resumes from it; see docs/interop.md); elsewhere, resume with "
+    "loader.load_state_dict(state) instead of skipping batches"
+)
+
+
 class ReportingCollate:
     """Batches one ``Slice`` (a process's share of a loader batch) and attaches the
     worker's report.
@@ -139,6 +150,8 @@ class ReportingCollate:
         cursor is already the committed one)."""
         from torch.utils.data import get_worker_info
 
+        if bundle and not hasattr(bundle[0], "report"):
+            raise TypeError(_REBUILT)
         worker = get_worker_info()
         return [self._share(item, worker) for item in bundle]
 

@@ -261,7 +261,11 @@ class StreamingMixture(IterableDataset[Any]):
         if begin:
             self.begin_iteration(stacklevel=5)
         if self._board is not None:  # a persistent worker: the trainer's position now
+            own = {name: data.counters for name, data in self._sources.items()}
             self._board.take_over(self, share[0])
+            for name, data in self._sources.items():  # the worker's totals carry on, as k=0's do
+                if data.counters is not own[name]:  # taken over (not the worker's first iterator)
+                    data.counters.absorb(own[name])
         streams = {name: RankStream(data, name=name, share=share) for name, data in self._sources.items()}
         position, first = self._position, True
         try:
@@ -365,10 +369,12 @@ class StreamingMixture(IterableDataset[Any]):
         self._worker_counters[(report.pid, report.worker)] = report.counters
 
     def stats(self) -> dict[str, float]:
-        """Read counters of this rank, summed over its sources and the DataLoader workers
-        whose shares reached the trainer (as of their latest delivered batch): the
-        totals of ``StreamingDataset.stats()`` (``rows_read``, ``bytes_read``, ...), plus
-        ``step``, the batches of this mixture epoch delivered. Cheap: counters only."""
+        """Read counters of this rank since the mixture was built, summed over its sources
+        and the DataLoader workers whose shares reached the trainer (as of their latest
+        delivered batch): the totals of ``StreamingDataset.stats()`` (``rows_read``,
+        ``bytes_read``, ...), growing across epochs alike for k=0, workers started per
+        epoch and persistent workers; plus ``step``, the batches of this mixture epoch
+        delivered (0 again in each epoch). Cheap: counters only."""
         parts = [data.counters.as_dict() for data in self._sources.values()]
         return {"step": self.step, **stats.total([*parts, *self._worker_counters.values()])}
 

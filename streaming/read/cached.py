@@ -32,11 +32,11 @@ import pyarrow as pa
 
 from ..core.cachesettings import CacheSettings
 from ..core.stats import Counters
-from ..errors import CacheWarning
+from ..errors import CacheUnusedWarning, CacheWarning
 from . import source
 from .diskcache import DiskCache, Entry, table_key
 
-__all__ = ["CachedTable", "cacheable", "reading"]
+__all__ = ["CachedTable", "cacheable", "reading", "warn_unused"]
 
 _LOG = logging.getLogger("streaming")
 FILL_THREADS = 8
@@ -50,6 +50,8 @@ _MAX_TABLES = 8
 _LOCAL_SCHEMES = ("", "file", "file+uring", "memory")
 
 _TABLES: dict[tuple[str, int, int, CacheSettings], CachedTable | None] = {}
+_UNUSED: set[tuple[str, int]] = set()
+"""(table URI, pid) pairs already warned that their ``cache_dir=`` is not used."""
 _DISKS: dict[tuple[CacheSettings, int], DiskCache | None] = {}
 _LOCK = threading.Lock()
 
@@ -58,6 +60,21 @@ def cacheable(uri: str) -> bool:
     """True for a table on object storage (a local table gains nothing from a copy)."""
     scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
     return scheme not in _LOCAL_SCHEMES and scheme != "db"  # db://: a LanceDB server's table has no files
+
+
+def warn_unused(uri: str, *, cache_dir: object) -> None:
+    """Warn ``CacheUnusedWarning`` once per process and table when ``cache_dir=`` was
+    passed for a local table, which is read where it is (a copy would gain nothing)."""
+    if cache_dir is None or cacheable(uri) or (uri, os.getpid()) in _UNUSED:
+        return
+    _UNUSED.add((uri, os.getpid()))
+    warnings.warn(
+        f"cache_dir={str(cache_dir)!r} is not used for {uri!r}: the table is on local disk, "
+        "and the cache keeps copies of tables on object storage only; leave cache_dir unset "
+        "for local tables",
+        CacheUnusedWarning,
+        stacklevel=3,
+    )
 
 
 def reading(

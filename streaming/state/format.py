@@ -264,7 +264,7 @@ def parse_state(state: object) -> StreamState:
     _check_whole_blocks(state["plan"])
     check_fields(state["table"], _TABLE_FIELDS, "table")
     num_splits = state["num_splits"]
-    packing, anchors = _parse_packing(state, num_splits)
+    packing, anchors = _parse_packing(state)
     _check_lengths(state, num_splits)
     _check_counts(state, anchors, packing)
     plan, table = state["plan"], state["table"]
@@ -315,19 +315,52 @@ def _refuse_a_whole_checkpoint(state: object) -> None:
         )
 
 
+_PER_SPLIT: tuple[str, ...] = (
+    "samples_consumed_per_split",
+    "positions_consumed_per_split",
+    "packing.anchors",
+)
+"""The lists with one entry per split (a dotted path reaches into a sub-dict)."""
+
+
+def _per_split_lists(state: dict[str, Any]) -> dict[str, list[Any]]:
+    found = {}
+    for path in _PER_SPLIT:
+        value: Any = state
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, list):
+            found[path] = value
+    return found
+
+
 def _check_lengths(state: dict[str, Any], num_splits: int) -> None:
-    """One count and one position per split; owned splits distinct and in range."""
-    for name in ("samples_consumed_per_split", "positions_consumed_per_split"):
-        if len(state[name]) != num_splits:
-            raise ValueError(
-                f"state field {name!r} has {len(state[name])} entries but num_splits="
-                f"{num_splits}; the checkpoint is damaged or was edited"
-            )
+    """One entry per split in every per-split list; owned splits distinct and in range.
+
+    Lists that agree with each other on another length mean ``num_splits`` was
+    edited, and the message says which value to restore.
+    """
+    lists = _per_split_lists(state)
+    lengths = {len(values) for values in lists.values()}
+    for path, values in lists.items():
+        if len(values) == num_splits:
+            continue
+        fix = (
+            f"restore num_splits={len(values)}, the length of every per-split list, "
+            "if that is what was edited, or resume from an unedited checkpoint"
+            if len(lengths) == 1
+            else "restore the lists state_dict() wrote, or resume from an unedited checkpoint"
+        )
+        raise ValueError(
+            f"state field {path!r} has {len(values)} entries but num_splits={num_splits}; "
+            f"the checkpoint is damaged or was edited: {fix}"
+        )
     owned = state["owned_splits"]
     if len(set(owned)) != len(owned) or any(split >= num_splits for split in owned):
         raise ValueError(
             f"state field 'owned_splits'={owned!r} must list distinct splits in "
-            f"[0, {num_splits}); the checkpoint is damaged or was edited"
+            f"[0, {num_splits}); the checkpoint is damaged or was edited: restore the "
+            "splits state_dict() wrote, or resume from an unedited checkpoint"
         )
 
 
@@ -351,7 +384,7 @@ def _check_counts(
 
 
 def _parse_packing(
-    state: dict[str, Any], num_splits: int
+    state: dict[str, Any],
 ) -> tuple[tuple[int, int, int, int] | None, tuple[Anchor, ...] | None]:
     """The packing settings and anchors of a state (none in format version 1)."""
     if state["format_version"] == 1:
@@ -365,11 +398,6 @@ def _parse_packing(
     if data is None:
         return None, None
     check_fields(data, _PACKING_FIELDS, "packing")
-    if len(data["anchors"]) != num_splits:
-        raise ValueError(
-            f"state field 'packing.anchors' has {len(data['anchors'])} entries but num_splits="
-            f"{num_splits}; the checkpoint is damaged or was edited"
-        )
     settings = tuple(data[name] for name in PACKING_SETTINGS)
     return settings, tuple((a[0], a[1], a[2]) for a in data["anchors"])
 
