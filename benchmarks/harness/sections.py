@@ -1,9 +1,8 @@
-"""Named sections of ``docs/benchmarks.md`` that separate benchmark commands own.
+"""Named sections of ``docs/benchmarks.md`` that separate suites own.
 
-``benchmarks.suites.bench`` rewrites the document; a section written by another command
-(``benchmarks.suites.packing``, ``benchmarks.suites.transfer``, ``benchmarks.suites.transforms``,
-``benchmarks.suites.soak``) lies between its two markers and
-is kept across those rewrites.
+The ``bench`` suite rewrites the document; a section written by another suite
+(``packing``, ``transfer``, ``transforms``, ``soak``, ...) lies between its two
+markers and is kept across those rewrites.
 """
 
 from __future__ import annotations

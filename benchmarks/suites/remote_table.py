@@ -3,7 +3,7 @@
     python -m benchmarks remote_table [--rows 1000000] [--latency-ms 25] [--out docs/benchmarks.md]
 
 Writes ``--rows`` rows of (id int64, label int32, float32[128]) in 16 fragments,
-serves them with the LanceDB stand-in (``benchmarks/lancedb_server.py``, its own
+serves them with the LanceDB stand-in (``benchmarks/harness/lancedb_server.py``, its own
 process, ``--latency-ms`` before every answer) and reads them through lancedb's
 remote client (``lancedb.connect("db://...", host_override=...)``) with
 ``StreamingDataset(table, num_splits=16)`` and ``StreamingDataLoader(batch_size=256)``,
