@@ -273,6 +273,8 @@ def test_every_suite_has_a_summary_a_main_and_its_own_usage():
         tree = ast.parse(path.read_text())
         mains = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"]
         assert ast.get_docstring(tree) and mains, f"{path.name} needs a docstring and main(argv)"
+        main_block = '__name__ == "__main__"'
+        assert main_block not in path.read_text(), f"{path.name}: run by python -m benchmarks only"
         assert mains[0].args.args and mains[0].args.args[0].arg == "argv", f"{path.name}: main(argv)"
         progs = [
             ast.literal_eval(keyword.value)
