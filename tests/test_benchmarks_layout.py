@@ -284,3 +284,11 @@ def test_every_suite_has_a_summary_a_main_and_its_own_usage():
             if keyword.arg == "prog"
         ]
         assert progs == [f"python -m benchmarks {path.stem}"], f"{path.name}: its parser's prog is {progs}"
+
+
+def test_the_package_root_holds_only_the_entry_point():
+    """A module at the root would be a second entry point; suites go in ``suites/``."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert not loose, f"move {loose} into benchmarks/suites/ (a suite) or harness/ or cases/"
+    assert folders == ["cases", "harness", "suites"], folders
