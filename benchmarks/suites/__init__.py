@@ -27,7 +27,7 @@ def names() -> list[str]:
 def summary(name: str) -> str:
     """The first line of suite ``name``'s docstring, read without importing the suite."""
     docstring = ast.get_docstring(ast.parse((_HERE / f"{name}.py").read_text(encoding="utf-8"))) or ""
-    return docstring.strip().splitlines()[0] if docstring.strip() else ""
+    return docstring.strip().splitlines()[0].replace("``", "`") if docstring.strip() else ""
 
 
 def load(name: str) -> ModuleType:
