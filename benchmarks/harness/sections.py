@@ -21,6 +21,7 @@ NAMES = (
     "remote-cache",
     "remote-table",
     "gpu",
+    "blobs",
 )
 """Sections other commands write, in the order they follow the main document."""
 

@@ -29,7 +29,7 @@ from ..core.profiles import profile_for
 from ..core.progress import WorkerReport
 from ..core.stats import Counters
 from ..errors import EpochCompleteWarning
-from ..read import cached, jobplan, source
+from ..read import blobs, cached, jobplan, source
 from ..read.view import TableView, open_view, unplanned_view
 from . import striped, torchrun, watchdog
 from .board import Board
@@ -51,7 +51,8 @@ def _first_view(
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
     """
-    options = options.sized_for(source.row_bytes(handle, options.columns))
+    row_bytes, has_blobs = blobs.row_bytes(handle, options.columns)
+    options = options.sized_for(row_bytes, blobs=has_blobs)
     index = None
     if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
         index = jobplan.shared_filter_index(snapshot, handle, options.filter)
@@ -200,11 +201,21 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
             such as ``"200GiB"``); least recently used files no process is reading
             are removed to make room. ``None``: ``LANCE_STREAMING_CACHE_LIMIT``,
             else as much as the disk has free (keeping 5%, at most 1 GiB, free).
+        blobs: What a sample holds for a blob column (a column Lance stores out of
+            line: images, audio, video; see docs/multimodal.md): ``"bytes"`` (default)
+            gives each blob's bytes, read in batched reads per window, the same
+            values as the bytes stored in a plain binary column; ``"handles"`` gives a
+            ``streaming.BlobHandle`` per blob, which a ``transform`` opens in the
+            worker as a seekable file (``handle.open()``) that reads only what is
+            read. Never changes samples' order or states.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
             an unknown column, or ``shuffle_seed=None`` with several ranks and no
             process group.
+        TypeError: a column the package cannot deliver (a blob field nested in a
+            struct or list; a blob column with ``pack_sequences``), naming it, its
+            type and the fix.
     """
 
     def __init__(
@@ -245,6 +256,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         follow_latest: bool = False,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        blobs: str = "bytes",
     ) -> None:
         torchrun.check_torchrun_store()
         shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
