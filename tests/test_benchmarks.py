@@ -45,7 +45,7 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     out = tmp_path / "b.md"
     out.write_text("# old\n\n" + KEPT + "\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", "bench", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -70,12 +70,12 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
 
 
 def run_section(tmp_path: Path, name: str, *args: str, section: str | None = None) -> tuple[str, str]:
-    """Run ``python -m benchmarks.<name> args --out F`` on a file with other sections
+    """Run ``python -m benchmarks <name> args --out F`` on a file with other sections
     around ``name``'s (or ``section``'s); check only that section changed; return (file text, stdout)."""
     out = tmp_path / "b.md"
     marker = section or name
     out.write_text(f"# Kept\n\n<!-- {marker}:begin -->\nold\n<!-- {marker}:end -->\n\n## Also kept\n")
-    command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--out", str(out)]
+    command = [sys.executable, "-m", "benchmarks", name, *args, "--out", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Remote LanceDB tables against the stand-in server (``benchmarks/lancedb_server.py``).
+"""Remote LanceDB tables against the stand-in server (``benchmarks/harness/lancedb_server.py``).
 
 The stand-in answers lancedb's own remote client (``lancedb.connect("db://...",
 host_override=...)``) from real Lance tables in a process of its own, so versions,
@@ -24,7 +24,7 @@ import lancedb
 import pyarrow as pa
 import pytest
 
-from benchmarks.lancedb_stand_in import FAST_RETRIES, StandIn, running
+from benchmarks.harness.lancedb_stand_in import FAST_RETRIES, StandIn, running
 from streaming import (
     SnapshotGoneError,
     StreamingDataLoader,
