@@ -9,4 +9,9 @@ paths=(streaming tests)
 "$py" -m ruff format --check "${paths[@]}"
 "$py" -m mypy streaming
 "$py" -m mkdocs build --strict --site-dir "$(mktemp -d)"
-"$py" -m pytest -q --durations=15 "$@"
+# Two pytest processes: most tests wait on worker processes, servers and ranks, so two
+# keep a 2-core machine busy. A short base folder keeps the AF_UNIX socket paths of
+# forkserver and torchrun (under the tests' temporary folders) within their limit.
+base=$(mktemp -d /tmp/lsXXXX)
+trap 'rm -rf "$base"' EXIT
+"$py" -m pytest -q -n "${LANCE_STREAMING_TEST_PROCESSES:-2}" --dist loadfile --basetemp="$base/t" --durations=15 "$@"
