@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
+    from .read.blobs import BlobHandle
 
 __all__ = [
+    "BlobHandle",
     "CacheUnusedWarning",
     "CacheWarning",
     "EpochCompleteWarning",
@@ -58,6 +60,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
+    "BlobHandle": ".read.blobs",
     "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",

@@ -45,7 +45,7 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     out = tmp_path / "b.md"
     out.write_text("# old\n\n" + KEPT + "\n", encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", "bench", "--smoke", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -70,12 +70,12 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
 
 
 def run_section(tmp_path: Path, name: str, *args: str, section: str | None = None) -> tuple[str, str]:
-    """Run ``python -m benchmarks.<name> args --out F`` on a file with other sections
+    """Run ``python -m benchmarks <name> args --out F`` on a file with other sections
     around ``name``'s (or ``section``'s); check only that section changed; return (file text, stdout)."""
     out = tmp_path / "b.md"
     marker = section or name
     out.write_text(f"# Kept\n\n<!-- {marker}:begin -->\nold\n<!-- {marker}:end -->\n\n## Also kept\n")
-    command = [sys.executable, "-m", f"benchmarks.{name}", *args, "--out", str(out)]
+    command = [sys.executable, "-m", "benchmarks", name, *args, "--out", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text(encoding="utf-8")
@@ -161,3 +161,18 @@ def test_remote_table_benchmark_measures_both_worker_counts_against_local(tmp_pa
     judged = [line for line in text.splitlines() if line.startswith("- k=")]
     assert len(judged) == 2 and all(line.count("PASS") + line.count("FAIL") == 3 for line in judged), judged
     assert "1 query (the matching offsets" in text and "The peer's start-up scans every row id" in text
+
+
+def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> None:
+    """Tiny sizes, k=0 only: the blob column, the plain column and the files each give a
+    rate and the ratio is judged; the memory run streams a small blob table with k=2."""
+    args = ("--images", "48", "--workers", "0", "--seconds", "2", "--repeats", "1", "--memory-blobs", "6")
+    args += ("--blob-mib", "1")
+    text, stdout = run_section(tmp_path, "blobs", *args)
+    row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert all(float(cell.replace(",", "")) > 0 for cell in cells[1:4]), cells
+    assert cells[-1] in ("PASS", "FAIL"), cells
+    memory = text.split("| the formula's blob bytes")[1].splitlines()[2]
+    assert len(memory.split("|")) == 7 and "failed" not in text, memory
+    assert "## Blob columns" in stdout and "6 blobs of 1 MiB" in text

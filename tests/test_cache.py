@@ -26,8 +26,8 @@ from pathlib import Path
 import lance
 import pytest
 
-from benchmarks.s3 import BUCKET, Store, running_store
-from benchmarks.tables import wide_chunk
+from benchmarks.harness.s3 import BUCKET, Store, running_store
+from benchmarks.harness.tables import wide_chunk
 from streaming import CacheUnusedWarning, StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
 from streaming.core.cachesettings import CACHE_DIR_ENV, CACHE_LIMIT_ENV, CacheSettings, cache_settings

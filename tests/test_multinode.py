@@ -27,7 +27,7 @@ import lance
 import pytest
 import test_docs
 
-from benchmarks.s3 import make_bucket, moto_server
+from benchmarks.harness.s3 import make_bucket, moto_server
 from streaming import StreamingDataset, TorchrunStoreWarning
 from streaming.dataset import torchrun
 

@@ -6,8 +6,8 @@ import time
 
 import lance
 
-from benchmarks.s3 import BUCKET, running_store
-from benchmarks.tables import wide_chunk
+from benchmarks.harness.s3 import BUCKET, running_store
+from benchmarks.harness.tables import wide_chunk
 
 
 def test_the_relay_passes_reads_through_delays_and_counts_them(tmp_path):

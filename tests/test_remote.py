@@ -1,4 +1,4 @@
-"""Remote LanceDB tables against the stand-in server (``benchmarks/lancedb_server.py``).
+"""Remote LanceDB tables against the stand-in server (``benchmarks/harness/lancedb_server.py``).
 
 The stand-in answers lancedb's own remote client (``lancedb.connect("db://...",
 host_override=...)``) from real Lance tables in a process of its own, so versions,
@@ -24,7 +24,7 @@ import lancedb
 import pyarrow as pa
 import pytest
 
-from benchmarks.lancedb_stand_in import FAST_RETRIES, StandIn, running
+from benchmarks.harness.lancedb_stand_in import FAST_RETRIES, StandIn, running
 from streaming import (
     SnapshotGoneError,
     StreamingDataLoader,
@@ -367,3 +367,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def test_a_blob_column_of_a_remote_table_is_refused_at_construction_naming_it(root, server):
+    """Blob bytes are not read through a LanceDB server: the column is named with the fix at
+    construction (never a decoder error in the loop), and the other columns stream."""
+    from blob_tables import rows as blob_rows
+
+    lance.write_dataset(blob_rows(0, 40, blob=True), str(root / "pictures.lance"))
+    table = server.connect().open_table("pictures")
+    with pytest.raises(TypeError, match=r"'img'.*remote table.*columns="):
+        StreamingDataset(table, num_splits=2, shuffle_seed=4)
+    plain = StreamingDataset(table, num_splits=2, shuffle_seed=4, columns=["id", "label"])
+    assert sorted(ids_of(plain)) == list(range(40))

@@ -40,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser(
         "bench",
         add_help=False,
-        help="run the benchmarks (python -m benchmarks.bench) from a source checkout",
-        description="Every argument is passed on to python -m benchmarks.bench.",
+        help="run the bench suite (python -m benchmarks bench) from a source checkout",
+        description="Every argument is passed on to python -m benchmarks bench "
+        "(python -m benchmarks --list: the other suites).",
     )
     bench.set_defaults(run=run_bench)
     return parser

@@ -30,10 +30,17 @@ def run_demo_step(args: argparse.Namespace) -> int:
 
 
 def run_bench(args: argparse.Namespace, extra: list[str]) -> int:
-    """Run ``python -m benchmarks.bench`` from the source checkout in the current folder."""
-    if not (Path.cwd() / "benchmarks" / "bench.py").is_file():
+    """Run the ``bench`` suite (``python -m benchmarks bench``) from the source checkout here.
+
+    Raises:
+        RuntimeError: the current folder is not the root of a source checkout (the
+            benchmarks ship with the source repository, not with the package).
+    """
+    if not (Path.cwd() / "benchmarks" / "__main__.py").is_file():
         raise RuntimeError(
-            f"no benchmarks/bench.py in {Path.cwd()}: the benchmarks ship with the source "
-            "checkout, not the package; run lance-streaming bench from the repository root"
+            f"no benchmarks/__main__.py in {Path.cwd()}: the benchmarks ship with the source "
+            "repository of lance-streaming, not with the installed package; get the source "
+            "(git clone the repository), then from its root run lance-streaming bench, or "
+            "python -m benchmarks --list for every suite"
         )
-    return subprocess.run([sys.executable, "-m", "benchmarks.bench", *extra], check=False).returncode
+    return subprocess.run([sys.executable, "-m", "benchmarks", "bench", *extra], check=False).returncode

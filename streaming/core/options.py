@@ -26,7 +26,7 @@ from .checks import (
     positive,
     type_fix,
 )
-from .profiles import DEFAULT_PROFILE, Profile, sized
+from .profiles import DEFAULT_PROFILE, Profile, sized, sized_for_blobs
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -159,6 +159,12 @@ _CHECKS: tuple[Field, ...] = (
     Field("transform_rng", is_bool, _BOOL, "transform_rng=True or transform_rng=False"),
     Field("follow_latest", is_bool, _BOOL, "follow_latest=True or follow_latest=False"),
     Field(
+        "blobs",
+        one_of(("bytes", "handles")),
+        "'bytes' or 'handles'",
+        "blobs='bytes' (each blob's bytes) or blobs='handles' (a lazy file-like handle per blob)",
+    ),
+    Field(
         "columns",
         optional(_columns),
         "a non-empty list of distinct column names or None",
@@ -205,6 +211,8 @@ class Options:
     endless: bool = False
     transform_rng: bool = False
     follow_latest: bool = False
+    blobs: str = "bytes"
+    """What a sample holds for a blob column: ``"bytes"`` or ``"handles"``; never order-defining."""
     profile: Profile = DEFAULT_PROFILE
     """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
     profile_plan: bool = False
@@ -218,16 +226,20 @@ class Options:
         at least the storage profile's minimum (16 remote: hides a store's round trips)."""
         return max(self.io_queue_depth, self.profile.min_io_threads)
 
-    def sized_for(self, row_bytes: float | None) -> Options:
+    def sized_for(self, row_bytes: float | None, *, blobs: bool = False) -> Options:
         """These options with the profile's block and buffer sized for the table's rows.
 
         Only when neither was given (``profile_plan``) and the profile depends on
-        the row size (remote). Every rank reads the same snapshot's metadata, so
-        every rank sizes the same way.
+        the row size (remote), or the rows hold blobs (``blobs``: any profile, so a
+        shuffle buffer never holds more than about ``BLOB_BUFFER_BYTES``). Every
+        rank reads the same snapshot's metadata, so every rank sizes the same way.
         """
         if not self.profile_plan:
             return self
-        profile = sized(self.profile, row_bytes)
+        if blobs and row_bytes:
+            profile = sized_for_blobs(self.profile, row_bytes)
+        else:
+            profile = sized(self.profile, row_bytes)
         return dataclasses.replace(
             self,
             profile=profile,

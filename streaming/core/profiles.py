@@ -25,11 +25,14 @@ __all__ = [
     "choose_profile",
     "profile_for",
     "sized",
+    "sized_for_blobs",
 ]
 
 
 BLOCK_BYTES = 2 << 20
 """The remote profile's block is the largest power of two of rows up to this many bytes."""
+BLOB_BUFFER_BYTES = 512 << 20
+"""A table with blob columns gets a shuffle buffer of at most about this many bytes of rows."""
 BLOCK_ROWS_RANGE = (16, 8_192)
 """... within these bounds (narrow rows do not make blocks of millions of rows)."""
 BLOCKS_PER_BUFFER = 128
@@ -151,3 +154,26 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     fit = max(1, int(profile.block_bytes // row_bytes))
     block = min(high, max(low, 1 << (fit.bit_length() - 1)))
     return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)
+
+
+def sized_for_blobs(profile: Profile, row_bytes: float) -> Profile:
+    """``profile`` sized for a table whose rows hold blobs of ``row_bytes`` bytes on average.
+
+    The block is the largest power of two of rows within ``BLOCK_BYTES`` (at least
+    one row, at most the profile's block) and the buffer the largest power of two of
+    rows within ``BLOB_BUFFER_BYTES`` (at least one block, at most the profile's
+    buffer), so the rows read ahead stay near a gigabyte (two buffers) whether a
+    blob holds a thumbnail or a video. Rows of a few hundred bytes keep the
+    profile's numbers.
+    """
+    if row_bytes <= 0:
+        return profile
+    block = min(profile.block_rows, _power_of_two_within(BLOCK_BYTES / row_bytes))
+    buffer = min(profile.shuffle_buffer_size, _power_of_two_within(BLOB_BUFFER_BYTES / row_bytes))
+    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=max(block, buffer))
+
+
+def _power_of_two_within(rows: float) -> int:
+    """The largest power of two not above ``rows`` (1 at least)."""
+    fit = max(1, int(rows))
+    return 1 << (fit.bit_length() - 1)

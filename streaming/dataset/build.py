@@ -15,7 +15,7 @@ from ..core.cachesettings import cache_settings
 from ..core.options import Options, check_handle_options, check_options
 from ..core.plan import rank_splits
 from ..core.profiles import profile_for
-from ..read import cached, jobplan, source
+from ..read import blobs, cached, jobplan, source
 from ..read.view import TableView, open_view, unplanned_view
 from . import torchrun
 from .engine import DatasetEngine
@@ -95,7 +95,8 @@ def _first_view(
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
     """
-    options = options.sized_for(source.row_bytes(handle, options.columns))
+    row_bytes, has_blobs = blobs.row_bytes(handle, options.columns)
+    options = options.sized_for(row_bytes, blobs=has_blobs)
     index = None
     if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
         index = jobplan.shared_filter_index(snapshot, handle, options.filter)

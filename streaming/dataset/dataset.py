@@ -153,11 +153,21 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
             such as ``"200GiB"``); least recently used files no process is reading
             are removed to make room. ``None``: ``LANCE_STREAMING_CACHE_LIMIT``,
             else as much as the disk has free (keeping 5%, at most 1 GiB, free).
+        blobs: What a sample holds for a blob column (a column Lance stores out of
+            line: images, audio, video; see docs/multimodal.md): ``"bytes"`` (default)
+            gives each blob's bytes, read in batched reads per window, the same
+            values as the bytes stored in a plain binary column; ``"handles"`` gives a
+            ``streaming.BlobHandle`` per blob, which a ``transform`` opens in the
+            worker as a seekable file (``handle.open()``) that reads only what is
+            read. Never changes samples' order or states.
 
     Raises:
         ValueError: a setting out of range, N < S, S not divisible by world_size,
             an unknown column, or ``shuffle_seed=None`` with several ranks and no
             process group.
+        TypeError: a column the package cannot deliver (a blob field nested in a
+            struct or list; a blob column with ``pack_sequences``), naming it, its
+            type and the fix.
     """
 
     def __init__(
@@ -198,6 +208,7 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
         follow_latest: bool = False,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        blobs: str = "bytes",
     ) -> None:
         self._engine = build_engine(
             table,
@@ -236,6 +247,7 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
                 "follow_latest": follow_latest,
                 "cache_dir": cache_dir,
                 "cache_limit": cache_limit,
+                "blobs": blobs,
             },
         )
         host.attach(self, self._engine)

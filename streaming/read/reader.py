@@ -15,7 +15,8 @@ from ..core.cachesettings import CacheSettings
 from ..core.plan import EpochPlan
 from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
-from . import cached, source
+from . import blobs, cached, source
+from .blobs import BlobRead
 from .rows import Rows
 from .transformed import OnError, Seeds, TransformedRows, Transformer
 
@@ -43,6 +44,7 @@ class WindowSource:
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
     take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
     cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
+    blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -60,6 +62,27 @@ class WindowSource:
             seeds,
         )
 
+    def _table(self, pieces: Sequence[tuple[int, Any]], executor: Executor | None) -> pa.Table:
+        """The rows of ``pieces`` in order (through the local cache, if any); a read with
+        blob columns goes through ``blobs``, which reads the other columns like any read."""
+        dataset = source.open_snapshot(self.snapshot)
+        reading = cached.reading(self.snapshot, dataset, self.cache, self.counters)
+        index, size = self.filter_index, self.take_rows
+        if self.blobs is not None:
+            return blobs.read_rows(
+                self.snapshot,
+                reading,
+                pieces,
+                columns=self.columns,
+                blobs=self.blobs,
+                filter_index=index,
+                executor=executor,
+                take_rows=size,
+            )
+        return source.read_rows(
+            reading, pieces, columns=self.columns, filter_index=index, executor=executor, take_rows=size
+        )
+
     def read(
         self,
         requests: Sequence[Key],
@@ -74,15 +97,7 @@ class WindowSource:
         """
         with timed(self.counters, "read"):
             request = self.plan.window_read(requests)
-            dataset = source.open_snapshot(self.snapshot)
-            table = source.read_rows(
-                cached.reading(self.snapshot, dataset, self.cache, self.counters),
-                request.pieces,
-                columns=self.columns,
-                filter_index=self.filter_index,
-                executor=executor,
-                take_rows=self.take_rows,
-            )
+            table = self._table(request.pieces, executor)
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
         if transformer is not None:

@@ -16,8 +16,9 @@ from ..core.options import Options
 from ..core.plan import EpochPlan, PlanSettings, window_rows_for
 from ..core.progress import Cursor
 from ..core.stats import Counters
-from . import source
+from . import blobs, source
 from .assemble import iterate_batches
+from .blobs import BlobRead
 from .iterate import iterate_cycles
 from .packing import Packing, iterate_blocks, packing_for
 from .reader import WindowSource
@@ -73,6 +74,7 @@ class TableView:
     fragment_rows: tuple[int, ...]
     plan: EpochPlan
     packing: Packing | None
+    blobs: BlobRead | None = None
 
     @property
     def epoch(self) -> int:
@@ -116,6 +118,7 @@ class TableView:
             transform_rng=options.transform_rng,
             take_rows=options.profile.take_rows,
             cache=options.cache,
+            blobs=self.blobs,
         )
 
     def stream(
@@ -171,6 +174,8 @@ def open_view(
             or packing settings the table cannot take.
     """
     columns = _columns(handle, options.columns)
+    packs = options.pack_sequences is not None
+    blob_read = blobs.check_columns(snapshot, handle, columns, mode=options.blobs, packing=packs)
     if filter_index is None and options.filter:
         filter_index = source.build_filter_index(handle, options.filter)
     ids, rows = source.fragment_rows(handle)
@@ -179,7 +184,7 @@ def open_view(
         rows = [matching.get(fragment_id, 0) for fragment_id in ids]
     plan = EpochPlan(ids, rows, plan_settings(options, epoch))
     packing = packing_for(options, handle, columns, plan.split_length * options.num_splits)
-    return TableView(snapshot, columns, filter_index, tuple(ids), tuple(rows), plan, packing)
+    return TableView(snapshot, columns, filter_index, tuple(ids), tuple(rows), plan, packing, blob_read)
 
 
 def unplanned_view(snapshot: source.Snapshot, options: Options, error: ValueError) -> TableView:

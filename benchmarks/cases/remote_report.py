@@ -1,0 +1,182 @@
+"""The Markdown of the ``remote`` suite: contenders per setting, the frontier, the targets."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any
+
+from benchmarks.cases.remote_contenders import FIXED
+from benchmarks.harness.machine import load_average, machine_facts
+
+SHUFFLED = ("peer", "lance_fragments", "lance_batches")
+"""The other shuffled contenders ours must dominate on the frontier."""
+SAME_MIXING = 0.02
+"""Mixing ratios this close count as equal (a uniform permutation itself varies so much)."""
+
+
+def _num(value: float, digits: int = 0) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _figures(result: Any, mixing: dict[str, float] | None) -> dict[str, float]:
+    probe, relay = result.probe, result.relay
+    rows = probe.get("rows", 0) or math.nan
+    requests = relay.get("requests", math.nan)
+    seconds, first_s = probe.get("seconds", 0.0), probe.get("first_s", math.nan)
+    after = (
+        (probe.get("rows", 0) - probe.get("first_rows", 0)) / (seconds - first_s) if seconds > first_s else 0
+    )
+    return {
+        "rate": result.rate,
+        "after_first": after,
+        "first_s": probe.get("first_s", math.nan),
+        "requests": requests * 1000 / rows if relay else math.nan,
+        "kib": relay.get("response_bytes", math.nan) / 1024 * 1000 / rows if relay else math.nan,
+        "mean_in_flight": relay.get("mean_in_flight", math.nan),
+        "max_in_flight": relay.get("max_in_flight", math.nan),
+        "rss": probe.get("peak_rss_mib", math.nan),
+        "cpu": probe.get("cpu_s", math.nan) / rows * 1e6,
+        "mix_large": (mixing or {}).get("2M", math.nan),
+        "mix_small": (mixing or {}).get("40k", math.nan),
+    }
+
+
+def _contender_table(results: list[Any], mixes: dict[str, dict[str, float]]) -> list[str]:
+    lines = [
+        "| table rows | setting | contender | rows/s | vs raw scan | first batch (s) | rows/s after it "
+        "| requests / 1k rows "
+        "| KiB / 1k rows | in flight (mean / max) | peak RSS (MiB) | CPU µs/row | mixing 2M | mixing 40k |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    scans = {(r.rows, r.setting): r.rate for r in results if r.key == "raw_scan"}
+    for result in results:
+        f = _figures(result, mixes.get(result.key))
+        note = " (stopped by the time cap)" if result.probe.get("stopped_by") == "cap" else ""
+        note += " (failed)" if "failed" in result.probe else ""
+        versus = f["rate"] / scans[(result.rows, result.setting)]
+        cells = [
+            f"{result.rows:,}",
+            result.setting,
+            FIXED[result.key][0] + note,
+            _num(f["rate"]),
+            f"{versus:.2f}x",
+            _num(f["first_s"], 2),
+            _num(f["after_first"]),
+            _num(f["requests"], 2),
+            _num(f["kib"]),
+            f"{_num(f['mean_in_flight'], 1)} / {_num(f['max_in_flight'])}",
+            _num(f["rss"]),
+            _num(f["cpu"], 2),
+            _num(f["mix_large"], 2),
+            _num(f["mix_small"], 2),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _frontier_table(frontier: list[Any], mixes: dict[str, dict[str, float]], scan: Any) -> list[str]:
+    scan_requests = _figures(scan, None)["requests"]
+    lines = [
+        "| block_rows | shuffle_buffer_size | rows/s | vs raw scan | rows/s after the first batch "
+        "| requests / 1k rows | vs scan's requests | mixing 2M | mixing 40k | peak RSS (MiB) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for result in frontier:
+        _, block, buffer = result.key.split(":")
+        f = _figures(result, mixes.get(result.key))
+        lines.append(
+            f"| {int(block):,} | {int(buffer):,} | {_num(f['rate'])} | {f['rate'] / scan.rate:.2f}x "
+            f"| {_num(f['after_first'])} | {_num(f['requests'], 2)} | {f['requests'] / scan_requests:.1f}x "
+            f"| {_num(f['mix_large'], 2)} "
+            f"| {_num(f['mix_small'], 2)} | {_num(f['rss'])} |"
+        )
+    return lines
+
+
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "**FAIL**"
+
+
+def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
+    by = {(r.setting, r.key): r for r in found["results"] if r.rows == rows}
+    mixes = found["mixing"]
+    remote = _figures(by[(delay, "ours_remote")], mixes["ours_remote"])
+    scan = _figures(by[(delay, "raw_scan")], None)
+    local = {key: by[("local", key)].rate for key in ("raw_scan", "ours_local", "ours_remote", "peer")}
+    rate, requests = remote["rate"] / scan["rate"], remote["requests"] / scan["requests"]
+    mixing_ok = remote["mix_large"] >= 0.6 and remote["mix_small"] >= 0.8
+    return [
+        f"- {rows:,} rows at {delay}: the remote profile reads {rate:.2f}x the raw scan's rows/s (>= 0.5x): "
+        f"{_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows (<= 5x): "
+        f"{_verdict(requests <= 5)}; mixes {remote['mix_large']:.2f} (2M, >= 0.6) and "
+        f"{remote['mix_small']:.2f} (40k, >= 0.8): {_verdict(mixing_ok)}; "
+        f"peak RSS {remote['rss']:,.0f} MiB (< 1,024): {_verdict(remote['rss'] < 1024)}.",
+        f"- {rows:,} rows locally: the local defaults read "
+        f"{local['ours_local'] / local['raw_scan']:.2f}x the raw scan (>= 0.24x): "
+        f"{_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
+        f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
+        f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
+        f"{local['ours_remote'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
+        f"{_verdict(local['ours_remote'] >= 0.8 * local['ours_local'])}.",
+    ]
+
+
+def _targets(found: dict[str, Any], delay: str, sizes: list[int]) -> list[str]:
+    lines = [line for rows in sizes for line in _size_targets(found, delay, rows)]
+    by = {(r.setting, r.key): r for r in found["results"] if r.rows == sizes[-1]}
+    mixes = found["mixing"]
+    ours = [_figures(r, mixes.get(r.key)) for r in found["frontier"]]
+    ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_remote")]
+    for key in SHUFFLED:
+        other = _figures(by[(delay, key)], mixes[key])
+        better = [
+            f
+            for f in ours
+            if f["mix_large"] >= other["mix_large"] - SAME_MIXING and f["rate"] > other["rate"]
+        ]
+        best = max(better, key=lambda f: f["rate"], default=None)
+        detail = (
+            f"ours reaches {best['rate']:,.0f} rows/s at mixing {best['mix_large']:.2f}"
+            if best
+            else "no point"
+        )
+        lines.append(
+            f"- Frontier ({sizes[-1]:,} rows, {delay}) against {FIXED[key][0]} ({other['rate']:,.0f} "
+            f"rows/s, mixing {other['mix_large']:.2f}): {detail}: {_verdict(best is not None)}."
+        )
+    return lines
+
+
+def render(found: dict[str, Any], args: argparse.Namespace) -> str:
+    """The section's Markdown."""
+    facts, delay, largest = machine_facts(), f"{args.delays[-1]:g} ms", args.rows[-1]
+    scan = next(
+        r for r in found["results"] if r.key == "raw_scan" and (r.setting, r.rows) == (delay, largest)
+    )
+    sizes = " and ".join(f"{rows:,}" for rows in args.rows)
+    return "\n".join(
+        [
+            "## Object storage",
+            "",
+            f"`python -m benchmarks remote --rows {' '.join(map(str, args.rows))}`: tables of {sizes} rows x "
+            "(id int64, label int32, float32[128]), 16 fragments, 16 splits, batches of 256, k=0; moto's S3 "
+            "server and the delaying relay each in a process of their own; every contender in a fresh "
+            "process over one whole pass (construction and first read included; cap "
+            f"{args.cap:g} s, the peer {args.peer_cap:g} s), the main ones the median of {args.repeats}. "
+            f"{facts['cores']} cores "
+            f"({facts['cpu']}), commit {facts.get('commit', 'unknown')}, {facts['date']}; load average "
+            f"{load_average()}. Mixing: the distinct labels per batch over a uniform permutation's, on "
+            "label-sorted local tables (guarantee 12's tests).",
+            "",
+            *_contender_table(found["results"], found["mixing"]),
+            "",
+            f"### The frontier ({largest:,} rows, {delay}): ours at each block and buffer size",
+            "",
+            *_frontier_table(found["frontier"], found["mixing"], scan),
+            "",
+            "### Targets",
+            "",
+            *_targets(found, delay, args.rows),
+        ]
+    )

@@ -1,0 +1,324 @@
+"""A LanceDB server stand-in: the HTTP API of lancedb's remote client, over local Lance tables.
+
+``python -m benchmarks.harness.lancedb_server --root DIR`` serves every ``DIR/NAME.lance``
+(the layout of ``lancedb.connect(DIR)``) as table ``NAME`` of any database, to a
+client made with ``lancedb.connect("db://NAME", api_key=..., host_override=URL)``.
+Counts, versions, filters and takes are answered by Lance from the real table, so
+they are what a server would answer, not canned. It prints its port on stdout.
+
+What it answers (the routes lancedb 0.40's Rust client sends, all ``POST``):
+``describe`` (version and schema, at a version or the latest; 404 for a missing
+table or version), ``count_rows``, ``query`` (``columns``, ``filter``, ``k``,
+``offset``, ``with_row_id``; ``_rowoffset IN (...)`` is a take of live-row
+offsets, and ``_rowoffset`` can be selected), ``version/list`` and
+``tags/list|create|delete``. It checks the
+``x-api-key`` header against ``LANCEDB_STAND_IN_API_KEY`` (401 otherwise).
+
+Control routes (``/_stand_in/...``, never counted): ``stats`` (requests by route,
+rows answered), ``reset``, ``latency`` (per-request delay) and ``fault`` (the next
+``count`` requests of a route answer a status, stall, or drop the connection).
+It lives in the benchmarks harness, not in ``streaming``: tests, the benchmark and
+the docs all start it with ``benchmarks.harness.lancedb_stand_in.running``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+KEY_VARIABLE = "LANCEDB_STAND_IN_API_KEY"
+"""The environment variable holding the API key the stand-in accepts (never an argument:
+a command line is visible to every user of the machine)."""
+_TAKE = re.compile(r"^\s*_rowoffset\s+IN\s*\(([^)]*)\)\s*$", re.IGNORECASE)
+_TABLE_ROUTE = re.compile(r"^/v1/table/([^/]+)/(.+?)/?$")
+_MAX_K = 1 << 62
+
+
+class Tables:
+    """The Lance datasets under ``root``, opened once per (name, version)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, int | None], Any] = {}
+        self._addresses: dict[tuple[str, int], np.ndarray] = {}
+        self._seen: dict[str, int] = {}
+
+    def dataset(self, name: str, version: int | None) -> Any:
+        """The dataset of table ``name`` at ``version`` (latest when None); KeyError when missing."""
+        import lance
+
+        path = os.path.join(self.root, f"{name}.lance")
+        if not os.path.isdir(path):
+            raise KeyError(f"table {name} not found")
+        if version is None:
+            return lance.dataset(path)  # the latest, checked anew each time
+        versions = os.stat(
+            os.path.join(path, "_versions")
+        ).st_mtime_ns  # changes when one is added or cleaned up
+        with self._lock:
+            if self._seen.get(name) != versions:  # forget handles of versions that may be gone
+                self._open = {key: handle for key, handle in self._open.items() if key[0] != name}
+                self._seen[name] = versions
+            if (name, version) not in self._open:
+                try:
+                    self._open[(name, version)] = lance.dataset(path, version=version)
+                except ValueError:
+                    raise KeyError(f"version {version} of table {name} not found") from None
+            return self._open[(name, version)]
+
+    def row_offsets(self, name: str, dataset: Any, addresses: np.ndarray) -> np.ndarray:
+        """Live-row offsets (positions in storage order) of rows at ``addresses``."""
+        key = (name, int(dataset.version))
+        with self._lock:
+            if key not in self._addresses:
+                table = dataset.to_table(columns=[], with_row_address=True)
+                self._addresses[key] = table.column("_rowaddr").to_numpy()
+        every = self._addresses[key]
+        order = np.argsort(every, kind="stable")
+        found = np.searchsorted(every[order], addresses)
+        return np.asarray(order[found], dtype=np.uint64)
+
+
+def _arrow_file(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def answer_query(tables: Tables, name: str, body: dict[str, Any]) -> pa.Table:
+    """The rows a ``query`` body asks for, from the real table."""
+    dataset = tables.dataset(name, body.get("version"))
+    wanted = body.get("columns")
+    names = list(wanted) if isinstance(wanted, list) else list(dataset.schema.names)
+    plain = [column for column in names if column not in ("_rowoffset", "_rowid")]
+    predicate = body.get("filter")
+    take = _TAKE.match(predicate or "")
+    if take is not None:
+        offsets = sorted({int(value) for value in re.findall(r"\d+", take.group(1))})  # answered ascending
+        table = dataset.take(offsets, columns=plain)
+        if "_rowoffset" in names:
+            table = table.append_column("_rowoffset", pa.array(offsets, pa.uint64()))
+        return table
+    limit = min(int(body.get("k") or _MAX_K), _MAX_K)
+    with_addresses = "_rowoffset" in names or bool(body.get("with_row_id")) or "_rowid" in names
+    table = dataset.to_table(
+        columns=plain,
+        filter=predicate,
+        offset=body.get("offset"),
+        limit=limit,
+        with_row_address=with_addresses,
+    )
+    if with_addresses:
+        addresses = table.column("_rowaddr").to_numpy()
+        table = table.drop_columns(["_rowaddr"])
+        if "_rowoffset" in names:
+            table = table.append_column("_rowoffset", pa.array(tables.row_offsets(name, dataset, addresses)))
+        if body.get("with_row_id") or "_rowid" in names:
+            table = table.append_column("_rowid", pa.array(addresses, pa.uint64()))
+    return table
+
+
+class Counts:
+    """Requests by route and rows answered, since the last reset; faults and latency to apply."""
+
+    def __init__(self, latency_s: float) -> None:
+        self.lock = threading.Lock()
+        self.latency_s = latency_s
+        self.faults: list[dict[str, Any]] = []
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the counts (faults and latency stay)."""
+        with self.lock:
+            self.requests: dict[str, int] = {}
+            self.rows = 0
+            self.bodies: list[dict[str, Any]] = []
+
+    def count(self, route: str, body: Any) -> dict[str, Any] | None:
+        """Count one request; the fault it must suffer, if one is pending for its route."""
+        with self.lock:
+            self.requests[route] = self.requests.get(route, 0) + 1
+            if isinstance(body, dict) and route == "query":
+                self.bodies.append({key: value for key, value in body.items() if key != "filter"})
+            for fault in self.faults:
+                if fault["route"] in (route, "*") and fault["count"] > 0:
+                    fault["count"] -= 1
+                    return dict(fault)
+        return None
+
+    def report(self) -> dict[str, Any]:
+        """What was served since the last reset."""
+        with self.lock:
+            return {"requests": dict(self.requests), "total": sum(self.requests.values()), "rows": self.rows}
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection of the stand-in (HTTP/1.1 keep-alive, as the client expects)."""
+
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_POST(self) -> None:
+        self._serve()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass
+
+    def _send(self, status: int, payload: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _json(self, status: int, value: Any) -> None:
+        self._send(status, json.dumps(value).encode(), "application/json")
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = json.loads(raw) if raw else {}
+        if self.path.startswith("/_stand_in/"):
+            self._control(self.path[len("/_stand_in/") :].strip("/"), body)
+            return
+        counts = self.server.counts
+        matched = _TABLE_ROUTE.match(self.path.split("?", 1)[0])
+        route = matched.group(2) if matched else self.path
+        fault = counts.count(route, body)
+        if counts.latency_s:
+            time.sleep(counts.latency_s)
+        if fault is not None and self._suffer(fault):
+            return
+        if self.headers.get("x-api-key") != self.server.api_key:
+            self._json(401, {"message": "invalid API key"})
+            return
+        if matched is None:
+            self._json(404, {"message": f"no route {self.path}"})
+            return
+        try:
+            self._table_route(matched.group(1), route, body)
+        except KeyError as error:
+            self._json(404, {"message": str(error.args[0])})
+        except Exception as error:  # a bad filter or column: the client's mistake, as a server says
+            self._json(400, {"message": f"{type(error).__name__}: {error}"})
+
+    def _suffer(self, fault: dict[str, Any]) -> bool:
+        """Apply ``fault``; True when the request got no real answer."""
+        if fault.get("stall_s"):
+            time.sleep(float(fault["stall_s"]))
+            return False
+        if fault.get("drop"):
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return True
+        self._json(int(fault["status"]), {"message": "injected fault"})
+        return True
+
+    def _table_route(self, name: str, route: str, body: dict[str, Any]) -> None:
+        tables = self.server.tables
+        if route == "describe":
+            dataset = tables.dataset(name, body.get("version"))
+            from lance.schema import schema_to_json
+
+            self._json(200, {"version": int(dataset.version), "schema": schema_to_json(dataset.schema)})
+        elif route == "count_rows":
+            dataset = tables.dataset(name, body.get("version"))
+            self._json(200, int(dataset.count_rows(filter=body.get("predicate"))))
+        elif route == "version/list":
+            dataset = tables.dataset(name, None)
+            versions = [
+                {
+                    "version": int(entry["version"]),
+                    "timestamp": entry["timestamp"].isoformat() + "Z",
+                    "metadata": {},
+                }
+                for entry in dataset.versions()
+            ]
+            self._json(200, {"versions": versions})
+        elif route.startswith("tags/"):
+            self._tags(tables.dataset(name, None), route, body)
+        elif route == "query":
+            table = answer_query(tables, name, body)
+            with self.server.counts.lock:
+                self.server.counts.rows += table.num_rows
+            self._send(200, _arrow_file(table), "application/vnd.apache.arrow.file")
+        else:
+            self._json(404, {"message": f"the stand-in does not answer {route}"})
+
+    def _tags(self, dataset: Any, route: str, body: dict[str, Any]) -> None:
+        if route == "tags/list":
+            found = dataset.tags.list()
+            self._json(
+                200,
+                {k: {"version": v["version"], "manifestSize": v["manifest_size"]} for k, v in found.items()},
+            )
+            return
+        if route == "tags/create":
+            dataset.tags.create(body["tag"], int(body["version"]))
+        elif route == "tags/delete":
+            dataset.tags.delete(body["tag"])
+        else:
+            self._json(404, {"message": f"the stand-in does not answer {route}"})
+            return
+        self._json(200, {})
+
+    def _control(self, command: str, body: dict[str, Any]) -> None:
+        counts = self.server.counts
+        if command == "stats":
+            self._json(200, counts.report())
+        elif command == "bodies":
+            with counts.lock:
+                self._json(200, list(counts.bodies))
+        elif command == "reset":
+            counts.reset()
+            self._json(200, {})
+        elif command == "latency":
+            counts.latency_s = float(body["seconds"])
+            self._json(200, {})
+        elif command == "fault":
+            with counts.lock:
+                counts.faults = [fault for fault in counts.faults if fault["count"] > 0] + [body]
+            self._json(200, {})
+        else:
+            self._json(404, {"message": f"no control {command}"})
+
+
+class Server(ThreadingHTTPServer):
+    """The stand-in's HTTP server: its tables, counts and the key it accepts."""
+
+    daemon_threads = True
+
+    def __init__(self, root: str, *, latency_s: float, api_key: str) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.tables = Tables(root)
+        self.counts = Counts(latency_s)
+        self.api_key = api_key
+
+
+def main() -> None:
+    """Serve ``--root`` until killed; print the port first."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", required=True, help="the folder of NAME.lance tables")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before every answer")
+    args = parser.parse_args()
+    server = Server(args.root, latency_s=args.latency_ms / 1000, api_key=os.environ[KEY_VARIABLE])
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
