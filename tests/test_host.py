@@ -160,4 +160,5 @@ def test_a_mixture_copy_resets_to_the_trainers_handover(uris):
     host.mixture_engine(trainer).commit_step()  # the trainer delivered one more batch
     handover = json.loads(json.dumps(host.mixture_engine(trainer).handover()))
     host.mixture_engine(worker).reset(handover)
-    assert worker.step == trainer.step and worker.state_dict() == trainer.state_dict()
+    assert worker.step == trainer.step == 4 and worker.state_dict() == trainer.state_dict()
+    assert _ids(iter(worker), 20) == _ids(iter(trainer), 20), "the copy continues with the trainer's batches"
