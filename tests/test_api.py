@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
+from torch.utils.data import DataLoader, IterableDataset
 
 import streaming
-from streaming import StreamingDataset
+from streaming import StreamingDataLoader, StreamingDataset, StreamingMixture
+
+API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+ACCELERATE_FLAGS = {"use_stateful_dataloader"}
+"""What ``accelerate`` reads on a loader to keep it as it is (docs/interop.md)."""
 
 PEER_KEYWORDS = {
     "num_splits": None,
@@ -90,3 +99,35 @@ def test_no_file_sends_readers_to_a_contract_the_repository_does_not_have():
             if path.is_file() and path.suffix in {".py", ".md", ".ipynb", ".sh", ".yml", ".toml"}:
                 assert design not in path.read_text(errors="ignore"), f"{path} mentions {design}"
     assert design not in (root / "README.md").read_text()
+
+
+def documented_members() -> dict[str, set[str]]:
+    """Each class block of the API page -> the names of its ``members:`` list."""
+    found = {}
+    for block in API_PAGE.read_text().split(":::")[1:]:
+        listed = re.search(r"^\s+members: \[(.*)\]$", block, flags=re.MULTILINE)
+        if listed is not None:
+            found[block.split()[0]] = {name.strip() for name in listed.group(1).split(",")}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("cls", "torch_base", "extra"),
+    [
+        (StreamingDataset, IterableDataset, set()),
+        (StreamingDataLoader, DataLoader, ACCELERATE_FLAGS),
+        (StreamingMixture, IterableDataset, set()),
+    ],
+    ids=["StreamingDataset", "StreamingDataLoader", "StreamingMixture"],
+)
+def test_each_public_class_has_exactly_the_members_the_api_page_documents(cls, torch_base, extra):
+    """The package's own plumbing lives in engines (``streaming.dataset.host``), not here."""
+    public = {name for name in dir(cls) if not name.startswith("_")}
+    own = public - {name for name in dir(torch_base) if not name.startswith("_")} - extra
+    documented = documented_members()[f"streaming.{cls.__name__}"]
+    assert own == documented, (
+        f"{cls.__name__}: public but not on docs/api.md: {sorted(own - documented)}; "
+        f"on the page but not public: {sorted(documented - own)}"
+    )
+    for name in documented:
+        assert getattr(cls, name).__doc__, f"{cls.__name__}.{name} has no docstring"

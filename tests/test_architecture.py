@@ -73,16 +73,6 @@ PRIVATE_MEMBERS_ALLOWED = {
 """Private members of something other than ``self``/``cls`` read outside ``_compat.py``
 (``x._y`` or ``getattr(x, "_y")``), with why."""
 
-VARS_DEBT = {
-    ("dataset/board.py", "vars(target)"),
-    ("dataset/board.py", "vars(fresh)"),
-}
-"""Debt (issue 35): a persistent worker takes over the trainer's copy of its dataset or
-mixture by transplanting its attributes (``Board.take_over``, called by
-``dataset/dataset.py`` and ``mixture/mixture.py``); a worker that loads a posted state
-instead will remove these. Nothing may join this list."""
-
-
 # -- reading the package ---------------------------------------------------------
 
 
@@ -282,8 +272,7 @@ def private_member_read(use: Use) -> bool:
 
 
 def vars_used(use: Use) -> bool:
-    allowed = (use.path, use.target) in VARS_DEBT or use.path == "_compat.py"
-    return use.kind == "vars" and not allowed
+    return use.kind == "vars" and use.path != "_compat.py"
 
 
 def cycles(found: list[Use]) -> list[str]:
@@ -350,9 +339,9 @@ def test_the_wings_are_the_ones_the_docs_draw():
 
 
 def test_every_exception_is_still_needed():
-    """An allowed private read or a vars() debt that is gone leaves its list."""
+    """An allowed private read that is gone leaves its list."""
     found = {(use.path, use.target) for use in USES}
-    stale = sorted((set(PRIVATE_MEMBERS_ALLOWED) | VARS_DEBT) - found)
+    stale = sorted(set(PRIVATE_MEMBERS_ALLOWED) - found)
     assert not stale, f"no longer found, remove from the allow-lists: {stale}"
 
 

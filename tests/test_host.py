@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import pickle
 import re
 from pathlib import Path
 
@@ -15,7 +18,18 @@ from streaming.dataset import host
 
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 PROTOCOLS = (host.LoaderHost, host.DatasetHost, host.MixtureHost, host.MixtureSource)
-USER_FACING_IN_PROTOCOLS = {"endless", "set_epoch", "state_dict"}  # public API the protocol also relies on
+USER_FACING_IN_PROTOCOLS = {  # public API (docs/api.md) the engines' protocols also declare
+    "columns",
+    "endless",
+    "epoch",
+    "evaluation",
+    "num_splits",
+    "owned_splits",
+    "rank",
+    "set_epoch",
+    "split_length",
+    "world_size",
+}
 
 
 def protocol_names() -> set[str]:
@@ -41,11 +55,28 @@ def uris(tmp_path_factory) -> dict[str, str]:
     return make_tables(tmp_path_factory.mktemp("host"))
 
 
-def test_datasets_and_mixtures_implement_the_protocols(uris):
+def test_the_engines_implement_the_protocols_and_the_facades_do_not(uris):
     mixed = mixture(uris)
     data = next(iter(mixed.sources.values()))
-    assert isinstance(data, host.DatasetHost) and isinstance(data, host.MixtureSource)
-    assert isinstance(mixed, host.MixtureHost) and not isinstance(mixed, host.DatasetHost)
+    engine, mixing = host.engine_of(data), host.engine_of(mixed)
+    assert isinstance(engine, host.DatasetHost) and isinstance(engine, host.MixtureSource)
+    assert isinstance(mixing, host.MixtureHost) and not isinstance(mixing, host.DatasetHost)
+    assert host.dataset_engine(data) is engine and host.mixture_engine(mixed) is mixing
+    for facade in (data, mixed):
+        assert not any(isinstance(facade, protocol) for protocol in PROTOCOLS), type(facade).__name__
+
+
+def test_an_engine_is_found_only_for_a_facade_and_follows_it_into_a_copy(uris):
+    import pickle
+
+    data = next(iter(mixture(uris).sources.values()))
+    with pytest.raises(TypeError, match=r"expected a streaming\.StreamingDataset or .*, got list"):
+        host.engine_of([1, 2])
+    with pytest.raises(TypeError, match=r"expected a streaming\.StreamingMixture, got StreamingDataset"):
+        host.mixture_engine(data)
+    copy = pickle.loads(pickle.dumps(data))
+    assert host.dataset_engine(copy) is not host.dataset_engine(data)
+    assert host.dataset_engine(copy).state_dict() == data.state_dict()
 
 
 def test_the_api_page_lists_the_user_facing_members_and_none_of_the_protocol():
@@ -96,3 +127,38 @@ def test_one_lifecycle_ships_pickles_and_keeps_an_unstarted_iterator_across_set_
     assert not plain.for_loader and lifecycle.shipped and not unstarted.live
     with pytest.raises(RuntimeError, match="closed by the worker processes of a plain DataLoader"):
         next(unstarted)
+
+
+def _ids(iterator, count: int) -> list[int]:
+    return [int(sample["id"]) for sample in itertools.islice(iterator, count)]
+
+
+@pytest.mark.parametrize("evaluation", [False, True], ids=["training", "evaluation"])
+def test_a_worker_copy_resets_to_the_trainers_handover_and_keeps_its_counters(uris, evaluation):
+    """What a persistent worker does at a later iterator: load a plain JSON state, no transplant."""
+    trainer = StreamingDataset(uris["a"], num_splits=4, evaluation=evaluation)
+    worker = pickle.loads(pickle.dumps(trainer))  # a worker's own copy, made when it started
+    engine = host.dataset_engine(worker)
+    _ids(iter(worker), 7)  # the worker's first iterator reads (and counts) rows
+    read_before = engine.counters.as_dict()["rows_read"]
+    _ids(iter(trainer), 40)  # meanwhile the trainer moved on, and to another epoch
+    trainer.set_epoch(2)
+    ahead = _ids(iter(trainer), 9)
+    handover = json.loads(json.dumps(host.dataset_engine(trainer).handover()))
+    engine.reset(handover)
+    assert worker.epoch == 2
+    expected = ahead if evaluation else _ids(iter(trainer), 5)
+    assert _ids(iter(worker), len(expected)) == expected, "the copy continues from the trainer's position"
+    assert engine.counters.as_dict()["rows_read"] > read_before, "the worker's counters carry on"
+
+
+def test_a_mixture_copy_resets_to_the_trainers_handover(uris):
+    trainer = mixture(uris, stop="all_exhausted")
+    worker = pickle.loads(pickle.dumps(trainer))
+    first = _ids(iter(trainer), 3 * trainer.batch_size)
+    assert _ids(iter(worker), 10) == first[:10]
+    host.mixture_engine(trainer).commit_step()  # the trainer delivered one more batch
+    handover = json.loads(json.dumps(host.mixture_engine(trainer).handover()))
+    host.mixture_engine(worker).reset(handover)
+    assert worker.step == trainer.step == 4 and worker.state_dict() == trainer.state_dict()
+    assert _ids(iter(worker), 20) == _ids(iter(trainer), 20), "the copy continues with the trainer's batches"

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
+from streaming.dataset.host import source_engine
 
 from helpers import FailOn, ids_of, json_roundtrip, make_table, plain_transform
 
@@ -316,7 +317,8 @@ def test_workers_receive_settings_not_handles_or_offsets(tmp_path):
     assert len(payload) < 20_000, "40,000 matching offsets would take 160 kB"
     assert b"LanceDataset" not in payload
     copy = pickle.loads(payload)
-    assert isinstance(copy._view.filter_index.offsets, np.memmap)
+    view = source_engine(copy).view_at(copy.epoch)  # the engine's view of this epoch
+    assert isinstance(view.filter_index.offsets, np.memmap)
     iterator = iter(data)
     head = [int(next(iterator)["id"]) for _ in range(20)]
     assert [int(s["id"]) for s in itertools.islice(copy, 20)] == head

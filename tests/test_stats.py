@@ -12,6 +12,7 @@ from mixtures import GLOBAL_BATCH, make_tables, mixture
 
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.core.stats import Counters
+from streaming.dataset.host import source_engine
 
 from helpers import FailOn, make_table
 
@@ -172,7 +173,8 @@ def test_running_gauges_equal_a_walk_of_every_window(tmp_path, transform):
 
     uri = make_table(tmp_path / "t.lance", [50, 40, 30], deleted=[1, 2])
     data = StreamingDataset(uri, num_splits=3, block_rows=4, shuffle_buffer_size=16, transform=transform)
-    windows = data._view.window_source(data._options, Counters())
+    engine = source_engine(data)
+    windows = engine.view_at(data.epoch).window_source(engine.options, Counters())
     with open_readers(windows, {0: 0, 1: 5, 2: 0}, io_threads=2) as readers:
         for step in range(400):
             split = step % 3

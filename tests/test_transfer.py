@@ -16,7 +16,7 @@ from torch.utils.data import default_collate
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.dataset import striped
 from streaming.loader import transfer
-from streaming.loader.loader import _PRELOAD
+from streaming.loader.launch import PRELOAD
 
 from helpers import make_table
 
@@ -220,7 +220,7 @@ def test_the_default_fork_server_preloads_torch_but_not_lance_and_keeps_the_prog
     next(iterator)  # workers (and the fork server) start at the first next()
     iterator.close()
     preload = preload_list._preload_modules
-    assert preload[:2] == ["__main__", "json"] and set(_PRELOAD) <= set(preload)
+    assert preload[:2] == ["__main__", "json"] and set(PRELOAD) <= set(preload)
     assert not any(name.split(".")[0] in ("lance", "lancedb") for name in preload)
 
 
@@ -236,7 +236,7 @@ def test_nothing_in_the_preload_list_imports_lance():
     import sys
 
     found = "sorted(m for m in sys.modules if m.split('.')[0] in ('lance', 'lancedb'))"
-    code = f"import sys; import {', '.join(_PRELOAD)}; print({found})"
+    code = f"import sys; import {', '.join(PRELOAD)}; print({found})"
     result = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -4,15 +4,17 @@ With ``persistent_workers=True`` a DataLoader keeps its worker processes, and ea
 new iterator makes every worker call ``iter()`` again on the copy of the dataset
 it received when it started, which knows nothing of what the trainer committed
 since (nor of ``set_epoch``, ``load_state_dict``, an evaluation pass restarting).
-So the loader posts, on one pipe per worker, a fresh pickle of the dataset (or
-mixture) as it stands when the new iterator starts, and each worker takes it over
-before it reads anything: every iterator continues from the committed position,
-in the workers it already has. Pipes carry no names in ``/dev/shm`` (queues'
+So the loader posts, on one pipe per worker, where the dataset (or mixture) stands
+when the new iterator starts: its engine's ``handover()``, a state dict (plain
+JSON data). Each worker loads it into its own engine (``reset``) before it reads
+anything: every iterator continues from the committed position, in the workers
+it already has, and the worker's own read counters carry on. Pipes carry no names in ``/dev/shm`` (queues'
 semaphores would).
 """
 
 from __future__ import annotations
 
+import json
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -23,7 +25,7 @@ class Board:
     """One pipe per worker: the trainer writes, the worker reads at each later ``iter()``.
 
     Travels to the workers inside the dataset's pickle when they start (the readers
-    only); ``fresh`` counts the iterators of the process it is in.
+    only); ``received`` counts the iterators of the process it is in.
     """
 
     def __init__(self, context: Any, workers: int) -> None:
@@ -35,31 +37,21 @@ class Board:
     def __getstate__(self) -> dict[str, Any]:
         return {"_readers": self._readers, "_writers": [], "_iterations": 0}
 
-    def post(self, message: bytes) -> None:
-        """In the trainer, after the workers were asked to start again: the host's pickle."""
+    def post(self, handover: dict[str, Any]) -> None:
+        """In the trainer, after the workers were asked to start again: where the host
+        stands (its engine's ``handover()``, plain JSON data)."""
+        message = json.dumps(handover).encode()
         for writer in self._writers:
             writer.send_bytes(message)
 
-    def fresh(self, worker: int) -> Any | None:
-        """In a worker, as its iterator starts: the trainer's copy of the host, or ``None``
-        on the worker's first iterator (its own copy came with it)."""
+    def received(self, worker: int) -> dict[str, Any] | None:
+        """In a worker, as its iterator starts: the trainer's ``handover()``, or ``None``
+        on the worker's first iterator (the position it was pickled with is current)."""
         self._iterations += 1
         if self._iterations == 1:
             return None
-        from multiprocessing.reduction import ForkingPickler
-
-        return ForkingPickler.loads(self._readers[worker].recv_bytes())
-
-    def take_over(self, target: object, worker: int, *, keep: tuple[str, ...] = ()) -> None:
-        """In a worker, as its iterator starts: after its first, make ``target`` the
-        trainer's copy of it, keeping this process's own ``keep`` attributes (and the
-        board itself)."""
-        fresh = self.fresh(worker)
-        if fresh is None:
-            return
-        own = {name: vars(target)[name] for name in (*keep, "_board")}
-        vars(target).update(vars(fresh))
-        vars(target).update(own)
+        handover: dict[str, Any] = json.loads(self._readers[worker].recv_bytes())
+        return handover
 
     def close(self) -> None:
         """Close both ends in this process."""

@@ -2,70 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-import numbers
 import os
-import warnings
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
-from .. import _compat
-from ..core import stats
-from ..core.cachesettings import cache_settings
-from ..core.lifecycle import Guarded, Samples
-from ..core.options import (
-    DEFAULT_IO_QUEUE_DEPTH,
-    DEFAULT_READ_BATCH_SIZE,
-    Options,
-    as_epoch,
-    check_handle_options,
-    check_options,
-)
-from ..core.plan import rank_splits, worker_splits
-from ..core.profiles import profile_for
-from ..core.progress import WorkerReport
-from ..core.stats import Counters
-from ..errors import EpochCompleteWarning
-from ..read import blobs, cached, jobplan, source
-from ..read.view import TableView, open_view, unplanned_view
-from . import striped, torchrun, watchdog
-from .board import Board
-from .observe import Observed
-from .positioned import PositionedDataset
-from .topology import draw_seed, require_group, simulated_splits, topology
+from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
+from ..state.merge import merge_states
+from . import host
+from .build import build_engine
+from .observe import Described, Observed
 
 __all__ = ["StreamingDataset"]
 
-_LOG = logging.getLogger("streaming")
 
-
-def _first_view(
-    snapshot: source.Snapshot, handle: Any, options: Options, *, shared_plan: bool
-) -> tuple[Options, TableView]:
-    """The options sized for ``snapshot`` and its view for the first epoch.
-
-    When the snapshot cannot be planned (no rows, a column or filter column it does
-    not have), the view holds that error for its first use instead: building a
-    dataset to resume a checkpoint never fails because of the latest version.
-    """
-    row_bytes, has_blobs = blobs.row_bytes(handle, options.columns)
-    options = options.sized_for(row_bytes, blobs=has_blobs)
-    index = None
-    if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
-        index = jobplan.shared_filter_index(snapshot, handle, options.filter)
-    try:
-        view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
-    except ValueError as error:  # every rank of a shared plan reads the same version: all fail alike
-        return options, unplanned_view(snapshot, options, error)
-    if index is not None:
-        jobplan.check_same_plan(view, options)  # one plan checked on every rank
-    return options, view
-
-
-class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
+class StreamingDataset(Described, Observed, IterableDataset[Any]):
     """Stream one snapshot of a Lance table with exact, elastic checkpoint/resume.
 
     The table's planned rows (live rows matching ``filter``) are cut into
@@ -258,78 +210,60 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         cache_limit: int | str | None = None,
         blobs: str = "bytes",
     ) -> None:
-        torchrun.check_torchrun_store()
-        shared_plan = jobplan.shares_plan(rank, world_size, filter)  # before topology fills them in
-        rank, world_size = topology(rank, world_size)
-        check_handle_options(
+        self._engine = build_engine(
+            table,
             {
-                "storage_options": storage_options,
-                "tag_snapshot": tag_snapshot,
+                "num_splits": num_splits,
+                "shuffle": shuffle,
+                "shuffle_seed": shuffle_seed,
+                "epoch": epoch,
+                "rank": rank,
+                "world_size": world_size,
+                "read_batch_size": read_batch_size,
+                "io_queue_depth": io_queue_depth,
+                "prefetch_batches": prefetch_batches,
+                "columns": columns,
+                "shuffle_clump_size": shuffle_clump_size,
+                "filter": filter,
+                "transform": transform,
+                "transform_parallelism": transform_parallelism,
+                "transform_queue_depth": transform_queue_depth,
+                "pack_sequences": pack_sequences,
+                "eos_id": eos_id,
+                "pad_id": pad_id,
+                "blocks_per_epoch": blocks_per_epoch,
+                "on_transform_error": on_transform_error,
                 "connection_factory": connection_factory,
-            }
+                "worker_info_override": worker_info_override,
+                "version": version,
+                "storage_options": storage_options,
+                "block_rows": block_rows,
+                "shuffle_buffer_size": shuffle_buffer_size,
+                "storage_profile": storage_profile,
+                "tag_snapshot": tag_snapshot,
+                "evaluation": evaluation,
+                "endless": endless,
+                "transform_rng": transform_rng,
+                "follow_latest": follow_latest,
+                "cache_dir": cache_dir,
+                "cache_limit": cache_limit,
+                "blobs": blobs,
+            },
         )
-        if follow_latest is True and isinstance(world_size, numbers.Integral):
-            require_group(int(world_size), what="follow_latest", fix="leave follow_latest off")
-        if shuffle_seed is None and isinstance(world_size, numbers.Integral):
-            shuffle_seed = draw_seed(world_size)
-        profile, profile_plan = profile_for(
-            storage_profile,
-            source.table_uri(table),
-            block_rows=block_rows,
-            shuffle_buffer_size=shuffle_buffer_size,
-        )
-        block_rows, shuffle_buffer_size = profile.block_rows, profile.shuffle_buffer_size
-        cache = cache_settings(cache_dir, cache_limit)
-        settings = dict(locals())
-        values = {name: settings[name] for name in Options.__dataclass_fields__}
-        values["num_splits"] = world_size if num_splits is None else num_splits
-        options = check_options(values)
-        owned = rank_splits(options.num_splits, rank=options.rank, world_size=options.world_size)
-        snapshot, handle = source.open_table(
-            table, version=version, storage_options=storage_options, connection_factory=connection_factory
-        )
-        cached.warn_unused(snapshot.uri, cache_dir=cache_dir)
-        options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
-        exact = simulated_splits(owned, worker_info_override, world_size=options.world_size)
-        super().__init__(options, view, owned, tag_snapshot=bool(tag_snapshot), exact_splits=exact)
-        self._worker_info_override = worker_info_override
-        self._counters = Counters()  # reads of this process's iterators
-        self._board: Board | None = None  # a persistent loader's pipes to its workers
-        self._loader_batch: tuple[int, bool] | None = None
-        """(batch size, columnar) of the loader starting an iterator: it wants ``Slice``s."""
-        self._iterating: tuple[int, tuple[int, ...]] = (0, ())
-        """(worker id, splits) of this process's iterator."""
+        host.attach(self, self._engine)
 
     def __repr__(self) -> str:
-        snapshot = self._view.snapshot
-        length = self.split_length if self._view.planned else "unplanned"
-        return (
-            f"StreamingDataset(uri={snapshot.uri!r}, version={snapshot.version}, "
-            f"num_splits={self.num_splits}, rank={self.rank}, world_size={self.world_size}, "
-            f"epoch={self.epoch}, split_length={length})"
-        )
+        return self._engine.describe_self()
 
-    # -- iteration ------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for a worker process: the engine (settings, snapshot, position; no handle)."""
+        return {"engine": self._engine}
 
-    def _worker(self) -> tuple[int, int]:
-        """(worker id, number of workers) of the process iterating this dataset."""
-        info, real = self._worker_info_override, get_worker_info()
-        if real is not None:
-            source.check_fork_safety()
-            watchdog.watch_trainer(self._lifecycle.trainer_pid)
-        if info is not None and real is not None:
-            _LOG.warning(
-                "worker_info_override (worker %s of %s) takes precedence over DataLoader worker "
-                "%d of %d: this process reads the override's splits, so workers may read the "
-                "same rows or leave rows out; the override is a testing hook for iterating "
-                "without a DataLoader",
-                info.id,
-                info.num_workers,
-                real.id,
-                real.num_workers,
-            )
-        info = real if info is None else info
-        return (0, 1) if info is None else (int(info.id), int(info.num_workers))
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._engine = state["engine"]
+        host.attach(self, self._engine)
+
+    # -- iteration ------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
         """Yield the remaining samples of this rank's (or this worker's) splits.
@@ -340,67 +274,15 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         ``load_state_dict`` between ``iter()`` and the first ``next()`` is followed.
         An evaluation dataset starts at position 0 of its epoch every time.
         """
-        worker, num_workers = self._worker()
-        for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
-        if not for_loader and get_worker_info() is None:  # a plain DataLoader's worker has none
-            self.supersede("iter(dataset)")
-        splits = self._rank_splits
-        if num_workers > 1:
-            splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
-        self._iterating = (worker, tuple(splits))
-        stream = self._run(
-            splits, for_loader=for_loader, stripe=(worker, num_workers), batch=self._loader_batch
-        )
-        iterator = Samples(stream, "iter(dataset)")
-        self._lifecycle.live.hold(iterator)
-        return iterator
+        return self._engine.iterate()
 
-    def _run(
-        self, splits: list[int], *, for_loader: bool, stripe: tuple[int, int], batch: tuple[int, bool] | None
-    ) -> Generator[Any, None, None]:
-        """The samples of ``splits`` from where the dataset stands at the first ``next()``
-        (for a loader: its ``Slice`` of every batch, worker ``stripe[0]`` of ``stripe[1]``)."""
-        if not for_loader:  # a loader begins the iteration itself
-            self.begin_iteration(stacklevel=5)
-        if self._board is not None:  # a persistent worker: the trainer's position now
-            self._board.take_over(self, stripe[0], keep=("_counters", "_iterating"))
-        if self._options.endless and not for_loader:
-            yield from self._endless(splits)
-        elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
-            batch_size, columnar = batch
-            pieces = striped.slices(
-                self.stripe(stripe[0], stripe[1], batch_size=batch_size),
-                lambda sizes: self._stream(splits, sizes=sizes),
-                columnar=columnar,
-            )
-            in_worker = get_worker_info() is not None
-            yield from striped.messages(
-                pieces,
-                in_worker=in_worker,
-                report=self.worker_report,
-                row_bytes=lambda: stats.row_bytes([self._counters]),
-            )
-        else:
-            yield from self._stream(splits)
+    def __len__(self) -> int:
+        """Samples (or packed blocks) the next iterator of this rank will yield.
 
-    def _stream(self, splits: list[int], *, sizes: Iterator[int] | None = None) -> Generator[Any, None, None]:
-        return self._view.stream(
-            self._options, splits, self._ledger.cursor, counters=self._counters, sizes=sizes
-        )
-
-    def _endless(self, splits: list[int]) -> Generator[Any, None, None]:
-        """This epoch's rest, then every later epoch's samples, without end."""
-        while True:
-            yield from self._stream(splits)
-            self.next_epoch()
-
-    def next_epoch(self) -> None:
-        """Move an endless dataset into the next epoch (the iterator stays live)."""
-        _LOG.info(
-            "endless dataset of rank %d moves from epoch %d to %d", self.rank, self.epoch, self.epoch + 1
-        )
-        self._view = self._epoch_view(self.epoch + 1)
-        self._restart()
+        Raises:
+            TypeError: an endless dataset, which has no length.
+        """
+        return self._engine.length()
 
     def set_epoch(self, epoch: int) -> None:
         """Move to ``epoch``: a no-op for the current epoch, else counts restart at 0.
@@ -415,23 +297,7 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
                 now (in another thread).
             ValueError: ``epoch`` is not a non-negative integer.
         """
-        epoch = as_epoch(epoch)
-        if epoch == self.epoch:
-            return
-        left, whole = self._left(), sum(self.remaining(whole=True)[split] for split in self._rank_splits)
-        closed = self._lifecycle.set_epoch(epoch, anything_left=left > 0)
-        if left > 0 and (closed is not None or left < whole) and not self._options.evaluation:
-            _LOG.info(
-                "set_epoch(%d) leaves epoch %d of rank %d with %d of %d samples undelivered%s",
-                epoch,
-                self.epoch,
-                self.rank,
-                left,
-                whole,
-                f" (closed {closed.description})" if closed is not None else "",
-            )
-        self._view = self._epoch_view(epoch)
-        self._restart()
+        self._engine.set_epoch(epoch)
 
     def stats(self) -> dict[str, float]:
         """Live statistics of this rank, including its DataLoader workers.
@@ -452,83 +318,54 @@ class StreamingDataset(PositionedDataset, Observed, IterableDataset[Any]):
         ``consumed_rows``, ``raw_queue_depth``, ``prefetch_queue_depth``,
         ``unscanned_rows``) read these entries. Cheap: counters only, no I/O.
         """
-        samples, positions = self._ledger.cursor.samples, self._ledger.cursor.positions
-        totals = stats.total([self._counters.as_dict(), *self._worker_counters.values()])
-        skipped = sum(positions[split] - samples[split] for split in self._rank_splits)
-        return {
-            "epoch": self.epoch,
-            "rows_delivered": sum(samples[split] for split in self._rank_splits),
-            "rows_skipped": 0 if self._view.packing is not None else skipped,
-            **totals,
-        }
+        return self._engine.stats()
 
-    # -- package-internal: the loader's host protocol (see host.py) ------------
+    # -- checkpoints ------------------------------------------------------------------
 
-    @property
-    def counters(self) -> Counters:
-        """The read counters of this process's iterators."""
-        return self._counters
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last sample delivered, as plain JSON data.
 
-    def user_functions(self) -> list[tuple[str, object]]:
-        """(keyword, value) of the user's functions a worker process must unpickle."""
-        return [
-            ("transform", self._options.transform),
-            ("on_transform_error", self._options.on_transform_error),
-        ]
+        Owned splits carry their exact counts; every other split carries where it
+        stands if all ranks advance in lockstep, so one rank's state resumes a
+        synchronous job on the same topology. Never contains credentials.
 
-    def supersede(self, description: str) -> None:
-        """A new iterator (``description``) closes the live one; an endless dataset whose
-        epoch was fully delivered moves on at once (its ``epoch`` says where ``iter()`` is)."""
-        self._lifecycle.supersede(description, anything_left=self._left() > 0)
-        if self._options.endless and not self._options.evaluation and self._left() == 0:
-            self.next_epoch()
+        Raises:
+            RuntimeError: an evaluation dataset; a dataset whose samples went to the
+                workers of a plain DataLoader.
+        """
+        return self._engine.state_dict()
 
-    def begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
-        """At an iterator's first ``next()``: restart an evaluation pass, move an endless
-        dataset on, or warn that the epoch was fully delivered."""
-        if self._options.evaluation:
-            self._restart()
-        elif self._left() == 0 and self._options.endless:
-            self.next_epoch()
-        elif self._left() == 0 and warn:
-            warnings.warn(
-                f"epoch {self.epoch} was already fully delivered, so this iterator yields "
-                f"nothing; call set_epoch({self.epoch + 1}) to move on (a validation loader, "
-                "iterated once per check, wants StreamingDataset(..., evaluation=True))",
-                EpochCompleteWarning,
-                stacklevel=stacklevel,
-            )
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
 
-    def hold(self, iterator: Guarded) -> Guarded | None:
-        """Make a loader's iterator the live one; return the one it wraps, if any (its
-        own ``iter(dataset)`` with ``num_workers=0``)."""
-        return self._lifecycle.hold(iterator)
+        The whole state is validated first; a refused state leaves the dataset as
+        it was.
 
-    @contextmanager
-    def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
-        """While a loader starts its iterator: iterators yield one ``Slice`` per batch of
-        ``batch_size`` (of columnar pieces with ``columnar``); a pickle for a worker
-        process is the loader's, not a plain DataLoader's, and carries ``board`` (a
-        persistent loader's pipes)."""
-        self._loader_batch, self._board = (batch_size, columnar), board
-        try:
-            with self._lifecycle.shipping():
-                yield
-        finally:
-            self._loader_batch, self._board = None, None
+        Raises:
+            ValueError: malformed state, unknown format, peer checkpoint, or any plan
+                input that differs from this dataset's (the message names the
+                field, both values and the fix).
+            SnapshotGoneError: the pinned version no longer exists.
+            RuntimeError: an evaluation dataset, or an iterator of this dataset has
+                not finished and is still held (close it or drop it first).
+        """
+        self._engine.load_state_dict(state)
 
-    def worker_report(self) -> WorkerReport:
-        """In a worker process: the progress of the splits this worker's iterator owns."""
-        worker, splits = self._iterating
-        progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
-        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict())
+    def release_snapshot(self) -> bool:
+        """Remove the tag that protects this dataset's version (see ``tag_snapshot``).
 
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle for a worker process: settings, snapshot and position, no handles."""
-        state = dict(self.__dict__)
-        state["_counters"] = Counters()
-        state["_worker_counters"] = {}
-        for_child = _compat.pickling_for_child_process()
-        state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
-        state["_board"] = self._board if for_child else None
-        return state
+        Returns False when the version had no such tag. After this, cleaning up old
+        versions may delete it, and states that pin it can no longer be resumed.
+        """
+        return self._engine.release_snapshot()
+
+    @staticmethod
+    def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
+        """Merge every old rank's state into the one state every new rank loads.
+
+        Each split's count comes from the state that owns it. Refuses states of
+        different plans, snapshots or epochs, owners that disagree, and (unless
+        ``allow_lag=True``, which accepts ranks of unequal remaining length) owned
+        counts that differ between states.
+        """
+        return merge_states(states, allow_lag=allow_lag)

@@ -1,21 +1,18 @@
-"""The declared protocol between the loaders and what they iterate.
+"""The declared protocols between the loaders and the engines of what they iterate.
 
-A ``StreamingDataLoader`` iterates a host: a ``StreamingDataset`` or a
-``StreamingMixture``. It never reads a host's private attributes; it calls the
-methods declared here, which both hosts implement (``LoaderHost``), plus those of
-its own kind of host (``DatasetHost``, ``MixtureHost``). A mixture reads its
-sources through ``MixtureSource``. ``tests/test_host.py`` checks that the hosts
-implement these protocols.
-
-The rule for these names: public names that docs/api.md does not list are
-package-internal. They carry no leading underscore so that one wing may call
-another's, but they are not part of the user-facing API: the API page renders
-only the members it lists, they may change in any release, and user code should
-not call them.
+The user's classes (``StreamingDataset``, ``StreamingMixture``) are facades: each
+holds an engine and attaches it here when it is made (or unpickled). A loader
+iterates a facade's engine, found with ``engine_of`` (``dataset_engine`` and
+``mixture_engine`` say which kind it expects), and calls only the methods declared
+here: ``LoaderHost`` for every engine, plus ``DatasetHost`` or ``MixtureHost``. A
+mixture reads its sources' engines through ``MixtureSource``. No module reads
+another's private attributes, and the facades' public names are only those
+docs/api.md documents (``tests/test_api.py``).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -29,7 +26,68 @@ if TYPE_CHECKING:
     from ..state.format import StreamState
     from .board import Board
 
-__all__ = ["DatasetHost", "LoaderHost", "MixtureHost", "MixtureSource"]
+__all__ = [
+    "DatasetHost",
+    "LoaderHost",
+    "MixtureHost",
+    "MixtureSource",
+    "attach",
+    "dataset_engine",
+    "engine_of",
+    "mixture_engine",
+    "source_engine",
+]
+
+_ENGINES: weakref.WeakKeyDictionary[object, object] = weakref.WeakKeyDictionary()
+"""Facade -> its engine; an entry goes with its facade."""
+
+
+def attach(facade: object, engine: object) -> None:
+    """Make ``engine`` the one ``engine_of(facade)`` returns (a facade calls it when made
+    and when unpickled)."""
+    _ENGINES[facade] = engine
+
+
+def engine_of(facade: object) -> object:
+    """The engine of a ``StreamingDataset`` or ``StreamingMixture``.
+
+    Raises:
+        TypeError: ``facade`` is neither (or was never attached).
+    """
+    try:
+        engine = _ENGINES.get(facade)
+    except TypeError:  # not weakly referable: no facade of ours
+        engine = None
+    if engine is None:
+        raise TypeError(
+            f"expected a streaming.StreamingDataset or streaming.StreamingMixture, got "
+            f"{type(facade).__name__}; build one of those to iterate it with StreamingDataLoader"
+        )
+    return engine
+
+
+def dataset_engine(dataset: object) -> DatasetHost:
+    """The engine of a ``StreamingDataset`` (``TypeError`` for anything else)."""
+    engine = engine_of(dataset)
+    if not isinstance(engine, DatasetHost):
+        raise TypeError(f"expected a streaming.StreamingDataset, got {type(dataset).__name__}")
+    return engine
+
+
+def source_engine(dataset: object) -> MixtureSource:
+    """The engine of a ``StreamingDataset`` as a mixture reads it (``TypeError`` else)."""
+    engine = engine_of(dataset)
+    if not isinstance(engine, MixtureSource):
+        raise TypeError(f"expected a streaming.StreamingDataset, got {type(dataset).__name__}")
+    return engine
+
+
+def mixture_engine(mixture: object) -> MixtureHost:
+    """The engine of a ``StreamingMixture`` (``TypeError`` for anything else)."""
+    engine = engine_of(mixture)
+    if not isinstance(engine, MixtureHost):
+        raise TypeError(f"expected a streaming.StreamingMixture, got {type(mixture).__name__}")
+    return engine
 
 
 @runtime_checkable
@@ -38,7 +96,8 @@ class LoaderHost(Protocol):
 
     A loader's ``iter()`` calls ``supersede`` (the older iterator closes), then
     ``hold`` with its own iterator; at that iterator's first ``next()`` it calls
-    ``begin_iteration`` and starts the DataLoader's batches inside ``shipping``.
+    ``begin_iteration`` and starts the DataLoader's batches inside ``shipping``
+    (kept workers get ``handover()``, which each ``reset``s to).
     """
 
     @property
@@ -71,7 +130,18 @@ class LoaderHost(Protocol):
         ...
 
     def set_epoch(self, epoch: int) -> None:
-        """Move to ``epoch`` (public API)."""
+        """Move to ``epoch`` (what the facade's ``set_epoch`` does)."""
+        ...
+
+    def handover(self) -> dict[str, Any]:
+        """In the trainer: the position a loader's persistent workers take at their next
+        iterator (plain JSON data: a state dict, for an evaluation pass or a finished
+        epoch too)."""
+        ...
+
+    def reset(self, handover: dict[str, Any]) -> None:
+        """In a persistent worker, before its next iterator reads: take the position
+        ``handover`` describes; the worker's read counters carry on."""
         ...
 
 
@@ -109,8 +179,13 @@ class DatasetHost(LoaderHost, Protocol):
         """Move an endless host into its next epoch."""
         ...
 
-    def state_dict(self) -> dict[str, Any]:
-        """The state after the last committed batch (public API)."""
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        ...
+
+    def owned_splits(self) -> list[int]:
+        """Splits of this rank."""
         ...
 
     def worker_report(self) -> WorkerReport:
@@ -141,7 +216,46 @@ class MixtureHost(LoaderHost, Protocol):
 
 @runtime_checkable
 class MixtureSource(LoaderHost, Protocol):
-    """What a mixture reads of each of its sources (a ``StreamingDataset``)."""
+    """What a mixture reads of each of its sources' engines (``dataset_engine``)."""
+
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        ...
+
+    @property
+    def num_splits(self) -> int:
+        """S, the number of splits."""
+        ...
+
+    @property
+    def split_length(self) -> int:
+        """L, the rows of every split in this epoch."""
+        ...
+
+    @property
+    def epoch(self) -> int:
+        """The source's plan epoch."""
+        ...
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns read."""
+        ...
+
+    @property
+    def evaluation(self) -> bool:
+        """True for a dataset built for evaluation passes."""
+        ...
+
+    def owned_splits(self) -> list[int]:
+        """Splits of this rank."""
+        ...
 
     @property
     def options(self) -> Options:

@@ -1,8 +1,85 @@
-"""The read-only observability attributes ``lancedb.streaming`` users read, from ``stats()``."""
+"""What users read of a dataset: its settings and plan (``Described``), and the read-only
+observability attributes ``lancedb.streaming`` users read, from ``stats()`` (``Observed``)."""
 
 from __future__ import annotations
 
-__all__ = ["Observed"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..core.plan import EpochPlan
+    from .engine import DatasetEngine
+
+__all__ = ["Described", "Observed"]
+
+
+class Described:
+    """The read-only settings and plan of a ``StreamingDataset``, read from its engine."""
+
+    _engine: DatasetEngine
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return self._engine.epoch
+
+    @property
+    def num_splits(self) -> int:
+        """S, the number of splits."""
+        return self._engine.num_splits
+
+    @property
+    def shuffle_seed(self) -> int:
+        """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
+        return self._engine.shuffle_seed
+
+    @property
+    def split_length(self) -> int:
+        """L, the rows of every split in this epoch."""
+        return self._engine.split_length
+
+    @property
+    def plan(self) -> EpochPlan:
+        """This epoch's plan (``streaming.core.plan.EpochPlan``): which row sits at each position."""
+        return self._engine.plan
+
+    @property
+    def rank(self) -> int:
+        """This dataset's rank."""
+        return self._engine.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks."""
+        return self._engine.world_size
+
+    @property
+    def columns(self) -> list[str]:
+        """The columns read, resolved against the snapshot."""
+        return self._engine.columns
+
+    @property
+    def table_uri(self) -> str:
+        """URI of the table (never includes credentials)."""
+        return self._engine.table_uri
+
+    @property
+    def version(self) -> int:
+        """The Lance version read."""
+        return self._engine.version
+
+    @property
+    def evaluation(self) -> bool:
+        """True for a dataset built for evaluation passes (restarts at every ``iter()``)."""
+        return self._engine.evaluation
+
+    @property
+    def endless(self) -> bool:
+        """True for a dataset that moves into the next epoch by itself."""
+        return self._engine.endless
+
+    def owned_splits(self) -> list[int]:
+        """Splits of this rank: rank, rank + world_size, ..."""
+        return self._engine.owned_splits()
 
 
 class Observed:

@@ -1,9 +1,9 @@
-"""``PositionedDataset``: a snapshot, its plan and the committed position in it; the state methods.
+"""``Positioned``: a snapshot, its plan and the committed position in it; the state methods.
 
-The half of ``StreamingDataset`` that owns the state: it creates the view and the
-ledger in its constructor, and ``state_dict``, ``load_state_dict`` and
-``merge_state_dicts`` live here, next to them. Construction from user settings and
-iteration live in ``dataset.py``.
+The half of the dataset engine (``engine.DatasetEngine``) that owns the position:
+it creates the view and the ledger in its constructor, and ``state_dict``,
+``load_state_dict`` and ``check_load`` live here, next to them. Iteration and the
+loaders' protocol live in ``engine.py``; the user's class is ``dataset.py``.
 """
 
 from __future__ import annotations
@@ -23,16 +23,15 @@ from ..core.stripes import RankOrder, Stripe
 from ..read import source
 from ..read.view import TableView, open_view
 from ..state.format import StreamState, check_compatible
-from ..state.merge import merge_states
 from .topology import agree
 
-__all__ = ["PositionedDataset"]
+__all__ = ["Positioned"]
 
 _LOG = logging.getLogger("streaming")
 
 
-class PositionedDataset:
-    """Where one rank stands in one snapshot's plan, and its checkpoints."""
+class Positioned:
+    """Where one rank stands in one snapshot's plan, and its checkpoints (package-internal)."""
 
     def __init__(
         self,
@@ -65,7 +64,7 @@ class PositionedDataset:
             by_samples=packed,
         )
 
-    # -- public properties ------------------------------------------------------
+    # -- what the facade and the mixture read -------------------------------------
 
     @property
     def epoch(self) -> int:
@@ -128,7 +127,7 @@ class PositionedDataset:
 
     @property
     def options(self) -> Options:
-        """The settings in use (package-internal: read-only, see ``dataset.host``)."""
+        """The settings in use (read-only)."""
         return self._options
 
     @property
@@ -136,7 +135,7 @@ class PositionedDataset:
         """True for a dataset that moves into the next epoch by itself."""
         return self._options.endless
 
-    def __len__(self) -> int:
+    def length(self) -> int:
         """Samples (or packed blocks) the next iterator of this rank will yield.
 
         Raises:
@@ -272,17 +271,6 @@ class PositionedDataset:
         versions may delete it, and states that pin it can no longer be resumed.
         """
         return source.release(self._view.snapshot)
-
-    @staticmethod
-    def merge_state_dicts(states: Sequence[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
-        """Merge every old rank's state into the one state every new rank loads.
-
-        Each split's count comes from the state that owns it. Refuses states of
-        different plans, snapshots or epochs, owners that disagree, and (unless
-        ``allow_lag=True``, which accepts ranks of unequal remaining length) owned
-        counts that differ between states.
-        """
-        return merge_states(states, allow_lag=allow_lag)
 
     def _refuse_evaluation(self, action: str) -> None:
         if self._options.evaluation:

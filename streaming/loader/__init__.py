@@ -8,7 +8,7 @@ the workers' shares into batches, ``worker`` is what runs in each worker,
 ``worker_init_fn``, ``frameworks`` what Lightning and Accelerate expect, ``hf`` how
 the Hugging Face ``Trainer`` resumes the loader (the only module that imports
 ``transformers``). Imports ``core``, ``read`` and ``dataset``; never ``mixture`` (a
-mixture's loader registers itself with ``StreamingDataLoader.serves``).
+mixture's loader registers itself with ``loader.serves``).
 """
 
 __all__: list[str] = []

@@ -28,6 +28,7 @@ import logging
 from typing import Any
 
 from ..dataset.dataset import StreamingDataset
+from ..dataset.host import dataset_engine
 from .loader import StreamingDataLoader
 
 try:
@@ -203,8 +204,9 @@ def _delivered_batches(loader: StreamingDataLoader) -> int | None:
     """Batches of the current epoch the loader has delivered (``None`` if unknown)."""
     host = loader.dataset
     if isinstance(host, StreamingDataset):
-        owned = host.owned_splits()
-        whole, left = host.remaining(whole=True), host.remaining()
+        engine = dataset_engine(host)
+        owned = engine.owned_splits()
+        whole, left = engine.remaining(whole=True), engine.remaining()
         done = sum(whole[split] - left[split] for split in owned)
         return -(-done // (loader.batch_size or 1))
     step = getattr(host, "step", None)  # a mixture counts whole global batches

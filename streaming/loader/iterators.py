@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from ..core.lifecycle import Guarded
 from ..dataset.host import DatasetHost
 from . import transfer
+from .launch import Launch
 from .shares import Shares, release
 from .worker import WorkerBatch
 
@@ -21,22 +22,10 @@ __all__ = ["BatchIterator", "Committing", "IteratingLoader"]
 
 
 class IteratingLoader(Protocol):
-    """What a loader's iterators call on their loader (``StreamingDataLoader``)."""
+    """What a loader's iterators read of their loader (``StreamingDataLoader``)."""
 
     num_workers: int
     persistent_workers: bool
-
-    def begin_iteration(self, *, stacklevel: int) -> None:
-        """At the first ``next()``: the host takes its position."""
-        ...
-
-    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
-        """Start the DataLoader's batches at the host's position."""
-        ...
-
-    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
-        """The next batch of ``shares``."""
-        ...
 
     def __len__(self) -> int: ...
 
@@ -50,9 +39,9 @@ class BatchIterator(Guarded):
     own iterator it wraps (``num_workers=0``) and stops its workers.
     """
 
-    def __init__(self, loader: IteratingLoader) -> None:
+    def __init__(self, loader: IteratingLoader, launch: Launch) -> None:
         super().__init__("iter(loader)")
-        self._loader = loader
+        self._loader, self._launch = loader, launch
         self._busy = False
         self._batches: Iterator[Any] | None = None  # begun at the first next()
         self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
@@ -95,19 +84,19 @@ class BatchIterator(Guarded):
 class Committing(BatchIterator):
     """Unwraps each batch and commits its worker's report on the way out."""
 
-    def __init__(self, loader: IteratingLoader, dataset: DatasetHost) -> None:
-        super().__init__(loader)
+    def __init__(self, loader: IteratingLoader, launch: Launch, dataset: DatasetHost) -> None:
+        super().__init__(loader, launch)
         self._dataset = dataset
         self._channel: transfer.Channel | None = None
         self._shares: Shares | None = None
 
     def _first(self) -> None:
-        self._loader.begin_iteration(stacklevel=6)
+        self._launch.begin(stacklevel=6)
         self._begin()
 
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, self._channel, self.inner = self._loader.start(self)
+        self._batches, self._channel, self.inner = self._launch.start(self)
         self._shares = Shares(self._batches, workers=self._loader.num_workers)
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
@@ -134,7 +123,7 @@ class Committing(BatchIterator):
             # drawn, so a batch that fails part way (or that drop_last drops) must put it back
             before = self._dataset.mark() if self.inner is not None else None
             try:
-                drawn = self._loader.gather(self._shares)
+                drawn = self._launch.gather(self._shares)
             except StopIteration:
                 if not self._dataset.endless:
                     raise

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import sys
-import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
-from .. import _compat
 from ..core.lifecycle import Guarded
 from ..core.plan import worker_splits
-from ..dataset import striped
-from ..dataset.board import Board
+from ..dataset import host as hosts
 from ..dataset.dataset import StreamingDataset
-from ..dataset.host import LoaderHost
-from . import frameworks, transfer
+from ..dataset.host import DatasetHost, LoaderHost
+from . import frameworks
 from .iterators import Committing
+from .launch import Launch
 from .settings import (
     EpochSampler,
     check_len_counts,
@@ -27,21 +24,12 @@ from .settings import (
     checked_numbers,
     start_method,
 )
-from .shares import Gathering, Shares, release_kept, single
-from .supervisor import supervise
-from .worker import ReportingCollate, WorkerBatch, WorkerInit
+from .shares import Gathering, single
+from .worker import ReportingCollate, WorkerInit
 
-__all__ = ["StreamingDataLoader"]
+__all__ = ["StreamingDataLoader", "serves"]
 
 _Loader = TypeVar("_Loader", bound="StreamingDataLoader")
-
-
-_PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader.loader")
-"""What the fork server imports once for every worker; never Lance (not fork-safe once
-loaded), which ``streaming.loader.loader`` does not import."""
-
-_PRELOAD_HERE = sys.platform.startswith("linux")
-"""Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
 
 
 def _check_dataset(dataset: object) -> StreamingDataset:
@@ -57,6 +45,26 @@ def _check_dataset(dataset: object) -> StreamingDataset:
             "collate_fn= instead of overriding __iter__"
         )
     return dataset
+
+
+_SERVED: dict[type, type[StreamingDataLoader]] = {}
+"""Loader classes for other iterables (a mixture's), registered with ``serves``."""
+
+
+def serves(kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
+    """Class decorator: ``StreamingDataLoader(x, ...)`` builds the decorated class when
+    ``x`` is a ``kind`` (same arguments); this module never imports it.
+
+    A registered class shares ``__init__`` and ``__iter__`` and overrides the hooks
+    ``_accept``, ``_engine_for``, ``_fit``, ``_columnar_for``, ``_collate_for`` and
+    ``_new_iterator`` where its iterable differs.
+    """
+
+    def register(loader: type[_Loader]) -> type[_Loader]:
+        _SERVED[kind] = loader
+        return loader
+
+    return register
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -112,29 +120,11 @@ class StreamingDataLoader(DataLoader[Any]):
     _is_accelerate_prepared = frameworks.ACCELERATE_FLAGS["_is_accelerate_prepared"]
     use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
 
-    _SERVED: ClassVar[dict[type, type[StreamingDataLoader]]] = {}
-    """Loader classes for other iterables (a mixture's), registered with ``serves``.
-
-    A registered class shares ``__init__`` and ``__iter__`` and overrides the hooks
-    ``_accept``, ``_fit``, ``_columnar_for``, ``_collate_for``, ``_new_iterator`` and
-    ``_channel`` where its iterable differs."""
-
-    @classmethod
-    def serves(cls, kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
-        """Class decorator: ``StreamingDataLoader(x, ...)`` builds the decorated class
-        when ``x`` is a ``kind`` (same arguments); the base never imports it."""
-
-        def register(loader: type[_Loader]) -> type[_Loader]:
-            cls._SERVED[kind] = loader
-            return loader
-
-        return register
-
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
         """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
         del args, kwargs
         if cls is StreamingDataLoader:
-            for kind, loader in cls._SERVED.items():
+            for kind, loader in _SERVED.items():
                 if isinstance(dataset, kind):
                     return super().__new__(loader)
         return super().__new__(cls)
@@ -209,30 +199,34 @@ class StreamingDataLoader(DataLoader[Any]):
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
         object.__setattr__(self, "drop_last", drop_last)  # kept by the loader's iterator
-        self._finish = finish
-        self._gathering = Gathering(
+        gathering = Gathering(
             batch_size=batch_size or 1,
             drop_last=drop_last,
             finish=finish,
             pin=pin_memory and torch.cuda.is_available(),
             pin_device=pin_memory_device or None,
         )
-        self._streaming: StreamingDataset = dataset  # or a registered kind's (a mixture)
-        self._columnar = columnar
-        self._collate = collate
-        # a fork server the loader chose is preloaded; a context the user passed is left alone
-        self._preload = (
-            chosen_here and _PRELOAD_HERE and self.multiprocessing_context.get_start_method() == "forkserver"
+        self._streaming = dataset  # the facade (or a registered kind's: a mixture)
+        self._host: LoaderHost = self._engine_for(dataset)
+        self._launch = Launch(
+            self, self._host, collate=collate, gathering=gathering, columnar=columnar, chosen_here=chosen_here
         )
+        self._columnar = columnar  # whole columnar batches (read by tests)
         self._len_counts = len_counts
-        self._framework_counts = False  # len() was read as the whole epoch
-        self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
 
     def _accept(self, dataset: Any) -> Any:
         """The dataset, checked to be one this class iterates."""
         return _check_dataset(dataset)
+
+    def _engine_for(self, dataset: Any) -> LoaderHost:
+        """The engine this loader iterates (see ``dataset.host``)."""
+        return hosts.dataset_engine(dataset)
+
+    @property
+    def _dataset_host(self) -> DatasetHost:
+        return hosts.dataset_engine(self._streaming)
 
     def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
         """Refuse a batch size or worker count the dataset cannot serve."""
@@ -247,7 +241,7 @@ class StreamingDataLoader(DataLoader[Any]):
     ) -> bool:
         """Whether the dataset may yield whole columnar batches, which equal default_collate's:
         the default collate, no transform, no packing, a batch size and no batch sampler."""
-        options = dataset.options
+        options = hosts.dataset_engine(dataset).options
         plain = collate_fn in (None, default_collate) and options.transform is None
         return plain and options.pack_sequences is None and batch_size is not None and batch_sampler is None
 
@@ -259,20 +253,12 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def _new_iterator(self) -> Guarded:
         """A new iterator of this loader (not yet begun)."""
-        return Committing(self, self._streaming)
-
-    def _channel(self) -> transfer.Channel | None:
-        """The shared-memory channel of the batches about to start (set on the collate)."""
-        channel = None
-        if self.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=((self.prefetch_factor or 2) + 2) * striped.BUNDLE_SLICES)
-        self._collate.channel = channel
-        return channel
+        return Committing(self, self._launch, self._dataset_host)
 
     def _counts_epoch(self) -> bool:
         """Whether this ``len()`` counts the whole epoch (see ``len_counts``)."""
         whole = self._len_counts == "epoch" or (self._len_counts == "auto" and frameworks.counts_epochs())
-        self._framework_counts |= whole
+        self._launch.framework_counts |= whole
         return whole
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -282,7 +268,7 @@ class StreamingDataLoader(DataLoader[Any]):
         endless dataset, each epoch ends with its last (possibly short) batches and
         the same iterator goes on with the next epoch's, on new worker processes.
         """
-        host: LoaderHost = self._streaming
+        host = self._host
         if self.num_workers > 0:
             for keyword, function in host.user_functions():
                 check_picklable(keyword, function)
@@ -290,65 +276,6 @@ class StreamingDataLoader(DataLoader[Any]):
         iterator = self._new_iterator()
         host.hold(iterator)
         return iterator
-
-    # -- package-internal: called by this loader's iterators (see dataset/host.py) -
-
-    def begin_iteration(self, *, stacklevel: int) -> None:
-        """At an iterator's first ``next()``: the host takes its position; a framework
-        that counts epochs asks past a replay allowance, so then no warning."""
-        self._streaming.begin_iteration(stacklevel=stacklevel + 1, warn=not self._framework_counts)
-
-    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
-        """Start the DataLoader's batches at the host's position for ``iterator``.
-
-        Returns the batches, their shared-memory channel, and the host's own
-        iterator (``num_workers=0``) that ``iterator`` wraps.
-        """
-        host: LoaderHost = self._streaming
-        keep = self.persistent_workers and self.num_workers > 0
-        if keep and _compat.persistent_iterator(self) is not None and self._board is not None:
-            return self._restart_kept(iterator), None, host.hold(iterator)
-        if self._preload:
-            _compat.forkserver_preload(self.multiprocessing_context, _PRELOAD)
-        channel = self._channel()
-        board = Board(self.multiprocessing_context, self.num_workers) if keep else None
-        with host.shipping(batch_size=self.batch_size or 1, columnar=self._columnar, board=board):
-            batches = DataLoader.__iter__(self)
-        supervise(batches, description="iter(loader)")  # dead workers, semaphore names
-        if keep:  # the workers, their pipes and their shared memory live as long as the iterator
-            self._board = board
-            weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
-            channel = None
-        return batches, channel, host.hold(iterator)
-
-    def _restart_kept(self, iterator: Guarded) -> Iterator[Any]:
-        """``persistent_workers=True``, workers running: they start a new iterator, then take
-        over the host as it stands now (the committed position, its epoch and version)."""
-        from multiprocessing.reduction import ForkingPickler
-
-        host: LoaderHost = self._streaming
-        with host.shipping(batch_size=self.batch_size or 1, columnar=self._columnar):
-            batches = DataLoader.__iter__(self)  # torch's _reset: every worker calls iter() again
-            message = bytes(ForkingPickler.dumps(host))
-        assert self._board is not None
-        self._board.post(message)
-        return batches
-
-    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
-        """The next batch of ``shares`` (see ``Gathering.gather``; package-internal).
-
-        Kept workers that failed (a dead worker, a batch that failed on arrival) are
-        stopped, so the next ``iter()`` starts new ones.
-        """
-        assert shares is not None
-        try:
-            return self._gathering.gather(shares)
-        except StopIteration:
-            raise
-        except BaseException:
-            if self.persistent_workers:  # kept workers may be dead or mid-batch: start new ones next time
-                _compat.drop_persistent_iterator(self)
-            raise
 
     def __len__(self) -> int:
         """Batches the next iteration yields: the rank's samples left over the batch size,
@@ -362,7 +289,7 @@ class StreamingDataLoader(DataLoader[Any]):
         Raises:
             TypeError: an endless dataset when ``len()`` counts what remains.
         """
-        dataset, batch_size = self._streaming, self.batch_size or 1
+        dataset, batch_size = self._dataset_host, self.batch_size or 1
         whole = self._counts_epoch()
         if dataset.endless and not whole:
             raise TypeError(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..dataset.dataset import StreamingDataset
+from ..dataset.host import dataset_engine
 from ..errors import SeededTransformWarning
 
 __all__ = ["notice", "run_user_init", "warn"]
@@ -50,13 +51,13 @@ def notice(dataset: Any) -> str | None:
     """Once per worker: why its seeding does not make the transform's draws reproducible,
     when ``worker_init_fn`` seeded a global generator and the transform runs on several
     threads without ``transform_rng``; else ``None``. Only a ``StreamingDataset`` is
-    checked (through its package-internal ``options``, see ``dataset.host``)."""
+    checked (through its engine's ``options``, see ``dataset.host``)."""
     if not _worker["seeded_by"] or _worker["told"]:
         return None
     _worker["told"] = True
     if not isinstance(dataset, StreamingDataset):
         return None
-    options = dataset.options
+    options = dataset_engine(dataset).options
     if options.transform is None or options.transform_rng:
         return None
     threads = options.transform_threads

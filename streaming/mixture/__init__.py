@@ -1,5 +1,6 @@
 """``StreamingMixture``: several datasets mixed by weights; a wing on top.
 
+``mixture`` is the facade users hold and ``engine`` the machinery behind it;
 ``schedule`` decides each global batch's share of every source (stop rules are a
 registry there), ``state`` is the mixture's state and merge, ``read`` reads a
 rank's segments, ``checks`` validates sources, ``loader`` is the mixture's

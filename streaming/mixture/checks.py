@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from ..core.checks import non_negative, positive
 from ..dataset.dataset import StreamingDataset
+from ..dataset.host import dataset_engine
 from .schedule import Schedule
 
 __all__ = [
@@ -35,12 +36,13 @@ def check_sources(sources: object) -> dict[str, StreamingDataset]:
             raise TypeError(f"source names must be str, got {name!r}; name every source")
         if not isinstance(data, StreamingDataset):
             raise TypeError(f"sources[{name!r}] is a {type(data).__name__}, not a StreamingDataset")
+        options = dataset_engine(data).options
         refused = [
-            ("pack_sequences", data.options.pack_sequences, None, "pack rows in each source's transform"),
+            ("pack_sequences", options.pack_sequences, None, "pack rows in each source's transform"),
             ("evaluation", data.evaluation, False, "mix training datasets"),
             ("endless", data.endless, False, "the mixture's stop rule decides when a source repeats"),
-            ("follow_latest", data.options.follow_latest, False, "a mixture reads pinned snapshots"),
-            ("on_transform_error", data.options.on_transform_error, "raise or replace", None),
+            ("follow_latest", options.follow_latest, False, "a mixture reads pinned snapshots"),
+            ("on_transform_error", options.on_transform_error, "raise or replace", None),
         ]
         for field, value, allowed, fix in refused:
             bad = value not in ("raise", "replace") if field == "on_transform_error" else value != allowed
@@ -72,7 +74,9 @@ def check_columns(sources: Mapping[str, StreamingDataset]) -> None:
     A batch holds samples of every source, so with different columns no batch could
     be collated. A source with a transform returns what it likes and is not checked.
     """
-    plain = {name: data.columns for name, data in sources.items() if data.options.transform is None}
+    plain = {
+        name: data.columns for name, data in sources.items() if dataset_engine(data).options.transform is None
+    }
     if not plain:
         return
     first_name, first = next(iter(plain.items()))

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from torch.utils.data import default_collate
 
 from .. import _compat
 from ..core.lifecycle import Guarded
+from ..dataset import host as hosts
+from ..dataset.host import LoaderHost, MixtureHost
 from ..loader import transfer
 from ..loader.iterators import BatchIterator
-from ..loader.loader import StreamingDataLoader
+from ..loader.launch import Launch
+from ..loader.loader import StreamingDataLoader, serves
 from ..loader.shares import Shares
 from ..loader.worker import ReportingCollate
 from .mixture import StreamingMixture
@@ -26,19 +29,22 @@ from .mixture import StreamingMixture
 __all__ = ["MixtureLoader"]
 
 
-@StreamingDataLoader.serves(StreamingMixture)
+@serves(StreamingMixture)
 class MixtureLoader(StreamingDataLoader):
     """``StreamingDataLoader`` over a ``StreamingMixture`` (built by ``StreamingDataLoader``).
 
     Takes the base's arguments; only the hooks below differ.
     """
 
-    @property
-    def _mixture(self) -> StreamingMixture:
-        return cast(StreamingMixture, self.dataset)
-
     def _accept(self, dataset: Any) -> Any:
         return dataset  # built only for a StreamingMixture (``serves``)
+
+    def _engine_for(self, dataset: Any) -> LoaderHost:
+        return hosts.mixture_engine(dataset)
+
+    @property
+    def _mixture_host(self) -> MixtureHost:
+        return hosts.mixture_engine(self.dataset)
 
     def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
         """The loader's batch is one global batch's share of this rank."""
@@ -58,7 +64,7 @@ class MixtureLoader(StreamingDataLoader):
         return (
             collate_fn in (None, default_collate)
             and batch_sampler is None
-            and all(data.options.transform is None for data in dataset.sources.values())
+            and all(hosts.source_engine(data).options.transform is None for data in dataset.sources.values())
         )
 
     def _collate_for(self, collate: Callable[[Any], Any], *, given: Any, columnar: bool) -> Any:
@@ -67,7 +73,7 @@ class MixtureLoader(StreamingDataLoader):
         return ReportingCollate(collate, columnar=columnar)
 
     def _new_iterator(self) -> Guarded:
-        return _MixtureBatches(self, self._mixture)
+        return _MixtureBatches(self, self._launch, self._mixture_host)
 
     def __len__(self) -> int:
         """Batches the next iteration yields; with ``len_counts="epoch"`` (or ``"auto"``
@@ -78,9 +84,9 @@ class MixtureLoader(StreamingDataLoader):
         Raises:
             TypeError: ``stop="never"`` when ``len()`` counts what remains.
         """
-        mixture = self._mixture
+        mixture = self._streaming
         if self._counts_epoch():
-            return mixture.epoch_steps()
+            return self._mixture_host.epoch_steps()
         if mixture.endless:
             raise TypeError(
                 "the loader of a StreamingMixture with stop='never' has no len(); count steps, or "
@@ -96,30 +102,30 @@ class MixtureLoader(StreamingDataLoader):
     def state_dict(self, *, strict: bool = False) -> dict[str, Any]:
         """The mixture's state after the last batch returned (exact; ``strict`` changes nothing)."""
         del strict
-        return self._mixture.state_dict()
+        return self._streaming.state_dict()
 
     def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
         """Forward to ``StreamingMixture.load_state_dict``."""
-        self._mixture.load_state_dict(state, reweight=reweight)
+        self._streaming.load_state_dict(state, reweight=reweight)
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to ``StreamingMixture.set_epoch``."""
-        self._mixture.set_epoch(epoch)
+        self._streaming.set_epoch(epoch)
 
 
 class _MixtureBatches(BatchIterator):
     """The DataLoader's batches; each one moves the mixture's position as it is returned."""
 
-    def __init__(self, loader: MixtureLoader, mixture: StreamingMixture) -> None:
-        super().__init__(loader)
+    def __init__(self, loader: MixtureLoader, launch: Launch, mixture: MixtureHost) -> None:
+        super().__init__(loader, launch)
         self._mixture = mixture
         self._workers = loader.num_workers
         self._shares: Shares | None = None
 
     def _first(self) -> None:
         """Start the DataLoader's batches (its workers) at the committed position."""
-        self._loader.begin_iteration(stacklevel=6)
-        batches, channel, self.inner = self._loader.start(self)
+        self._launch.begin(stacklevel=6)
+        batches, channel, self.inner = self._launch.start(self)
         self._batches = batches
         self._shares = Shares(batches, workers=self._workers)
         keep = self._loader.persistent_workers
@@ -129,7 +135,7 @@ class _MixtureBatches(BatchIterator):
 
     def _draw(self) -> Any:
         while True:
-            drawn = self._loader.gather(self._shares)
+            drawn = self._launch.gather(self._shares)
             if drawn is not None:
                 return drawn
 

@@ -2,40 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import warnings
-from collections.abc import Generator, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import numpy as np
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
-from .. import _compat
-from ..core import stats
-from ..core.lifecycle import Guarded, Lifecycle, Samples
-from ..core.options import as_epoch
-from ..core.progress import SplitProgress, WorkerReport
-from ..dataset import striped, watchdog
-from ..dataset.board import Board
+from ..dataset import host as hosts
 from ..dataset.dataset import StreamingDataset
-from ..dataset.striped import Slice
-from ..errors import EpochCompleteWarning
-from ..read import source
-from .checks import check_batch, check_columns, check_fits, check_names, check_seed, check_sources, check_unit
-from .read import RankStream, share_of
-from .schedule import (
-    MixPosition,
-    Schedule,
-    SourcePosition,
-    batch_order,
-    normalise_weights,
-    split_counts,
-    stop_rule,
-)
-from .state import MixtureState, check_settings, merge_mixture_states, weights_differ
-from .state import check_sources as check_saved_sources
+from .checks import check_batch, check_columns, check_names, check_seed, check_sources, check_unit
+from .engine import MixtureEngine
+from .schedule import Schedule, normalise_weights, stop_rule
+from .state import merge_mixture_states
 
 __all__ = ["StreamingMixture"]
 
@@ -95,37 +72,36 @@ class StreamingMixture(IterableDataset[Any]):
         check_columns(self._sources)
         check_names(weights, list(self._sources))
         stop_rule(stop)  # refuses a name that is none of STOP_RULES
-        self._unit = check_unit(unit, self._sources)
-        self._seed = check_seed(seed)
-        batch = check_batch(global_batch_size, self._unit)
+        checked_unit = check_unit(unit, self._sources)
+        checked_seed = check_seed(seed)
+        batch = check_batch(global_batch_size, checked_unit)
         exact = normalise_weights(weights)  # checks every weight first
-        self._given = {name: float(weight) for name, weight in weights.items()}
-        self._schedule = Schedule(
-            weights=exact,
-            global_batch_size=batch,
-            unit=self._unit,
-            epoch_samples=self._epoch_samples(),
-            stop=stop,
+        schedule = Schedule(
+            weights=exact, global_batch_size=batch, unit=checked_unit, epoch_samples={}, stop=stop
         )
-        self._check_fits()
-        self._position = self._schedule.start({name: data.epoch for name, data in self._sources.items()})
-        self._epoch = 0
-        self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
-        self._loader_columnar: bool | None = None  # while a loader starts: its slices (of columns?)
-        self._board: Board | None = None  # a persistent loader's pipes to its workers
-        self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
+        self._engine = MixtureEngine(
+            {name: hosts.source_engine(data) for name, data in self._sources.items()},
+            given={name: float(weight) for name, weight in weights.items()},
+            schedule=schedule,
+            unit=checked_unit,
+            seed=checked_seed,
+        )
+        hosts.attach(self, self._engine)
 
-    def _check_fits(self) -> None:
-        check_fits(self._schedule)
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for a worker process: the sources and the engine (no handles)."""
+        return {"sources": self._sources, "engine": self._engine}
 
-    def _epoch_samples(self) -> dict[str, int]:
-        return {name: data.num_splits * data.split_length for name, data in self._sources.items()}
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._sources, self._engine = state["sources"], state["engine"]
+        hosts.attach(self, self._engine)
 
     def __repr__(self) -> str:
+        engine = self._engine
         return (
-            f"StreamingMixture(sources={list(self._sources)}, weights={self._given}, "
-            f"global_batch_size={self.global_batch_size}, unit={self._unit}, stop={self.stop!r}, "
-            f"seed={self._seed}, epoch={self._epoch}, step={self._position.step})"
+            f"StreamingMixture(sources={list(self._sources)}, weights={engine.given}, "
+            f"global_batch_size={self.global_batch_size}, unit={engine.unit}, stop={self.stop!r}, "
+            f"seed={engine.seed}, epoch={engine.epoch}, step={engine.position.step})"
         )
 
     # -- properties -------------------------------------------------------------
@@ -138,12 +114,12 @@ class StreamingMixture(IterableDataset[Any]):
     @property
     def weights(self) -> dict[str, float]:
         """The weights as given (the shares are these normalised)."""
-        return dict(self._given)
+        return dict(self._engine.given)
 
     @property
     def global_batch_size(self) -> int:
         """Samples of one batch over all ranks."""
-        return self._schedule.global_batch_size
+        return self._engine.schedule.global_batch_size
 
     @property
     def batch_size(self) -> int:
@@ -153,22 +129,22 @@ class StreamingMixture(IterableDataset[Any]):
     @property
     def unit(self) -> int:
         """Samples of a source per batch come in multiples of this."""
-        return self._unit
+        return self._engine.unit
 
     @property
     def seed(self) -> int | None:
         """The seed of the order inside each rank's batch (``None``: source order)."""
-        return self._seed
+        return self._engine.seed
 
     @property
     def stop(self) -> str:
         """The stopping rule."""
-        return self._schedule.stop
+        return self._engine.schedule.stop
 
     @property
     def endless(self) -> bool:
         """True for ``stop="never"``."""
-        return self._schedule.rule.endless
+        return self._engine.endless
 
     @property
     def rank(self) -> int:
@@ -183,32 +159,23 @@ class StreamingMixture(IterableDataset[Any]):
     @property
     def epoch(self) -> int:
         """The mixture's epoch (``set_epoch``); each source has its own plan epoch."""
-        return self._epoch
+        return self._engine.epoch
 
     @property
     def step(self) -> int:
         """Global batches delivered in this epoch (whole batches, as the state counts)."""
-        return self._position.step
+        return self._engine.position.step
 
     def batch_counts(self, steps: int) -> list[dict[str, int]]:
         """Samples of each source in each of the next ``steps`` global batches (all ranks)."""
-        counts, position = [], self._position
+        schedule, counts, position = self._engine.schedule, [], self._engine.position
         for _ in range(steps):
-            nxt = self._schedule.advance(position)
+            nxt = schedule.advance(position)
             if nxt is None:
                 break
             counts.append({name: nxt[0].count(name) for name in self._sources})
             position = nxt[1]
         return counts
-
-    def epoch_steps(self) -> int:
-        """Global batches of a whole epoch; for ``stop="never"``, those until the first
-        source would run out, counted from fresh epochs of every source (package-internal)."""
-        if not self.endless:
-            return self.step + (self._schedule.remaining_steps(self._position) or 0)
-        finite = self._schedule.counted()
-        epochs = {name: where.epoch for name, where in self._position.sources.items()}
-        return finite.remaining_steps(finite.start(epochs)) or 0
 
     def __len__(self) -> int:
         """Samples this rank's next iterator yields (whole batches).
@@ -216,12 +183,7 @@ class StreamingMixture(IterableDataset[Any]):
         Raises:
             TypeError: ``stop="never"``: the mixture has no end.
         """
-        steps = self._schedule.remaining_steps(self._position)
-        if steps is None:
-            raise TypeError("a StreamingMixture with stop='never' has no len(); count steps")
-        return steps * self.batch_size
-
-    # -- iteration ----------------------------------------------------------------
+        return self._engine.length()
 
     def __iter__(self) -> Iterator[Any]:
         """Yield this rank's samples, batch after batch, from the committed position.
@@ -231,98 +193,7 @@ class StreamingMixture(IterableDataset[Any]):
         closes an older one that has not finished (its later ``next()`` raises
         ``RuntimeError``).
         """
-        info = get_worker_info()
-        if info is not None:
-            source.check_fork_safety()
-            watchdog.watch_trainer(self._lifecycle.trainer_pid)
-        worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
-        begin = not self._lifecycle.for_loader and info is None
-        if begin:
-            self.supersede("iter(mixture)")
-        stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
-        if self._loader_columnar is not None:
-            counters = [data.counters for data in self._sources.values()]
-            stream = striped.messages(
-                stream,
-                in_worker=info is not None,
-                report=self.worker_report,
-                row_bytes=lambda: stats.row_bytes(counters),
-            )
-        iterator = Samples(stream, "iter(mixture)")
-        self._lifecycle.live.hold(iterator)
-        return iterator
-
-    def _samples(
-        self, share: tuple[int, int], *, loader: bool | None, begin: bool = False
-    ) -> Generator[Any, None, None]:
-        """This process's samples from the position at the first ``next()`` (``begin``:
-        warn there if the epoch ended); for a loader (``loader`` says whether columnar),
-        its ``Slice`` of every batch, worker ``share[0]`` of ``share[1]``."""
-        if begin:
-            self.begin_iteration(stacklevel=5)
-        if self._board is not None:  # a persistent worker: the trainer's position now
-            own = {name: data.counters for name, data in self._sources.items()}
-            self._board.take_over(self, share[0])
-            for name, data in self._sources.items():  # the worker's totals carry on, as k=0's do
-                if data.counters is not own[name]:  # taken over (not the worker's first iterator)
-                    data.counters.absorb(own[name])
-        streams = {name: RankStream(data, name=name, share=share) for name, data in self._sources.items()}
-        position, first = self._position, True
-        try:
-            while True:
-                nxt = self._schedule.advance(position)
-                if nxt is None:
-                    return
-                step, after = nxt
-                items, where, size = share_of(step, streams, columnar=bool(loader))
-                order = self._order(position.step, size)
-                if loader is not None:
-                    if share[1] == 1:
-                        self._position = after  # the trainer's own process: the batch is handed out whole
-                    slots = _slots(where, order, size)
-                    yield Slice(items if len(where) else None, slots, size, bool(loader), first)
-                    first = False
-                else:  # in a plain DataLoader's worker, its own samples of the batch, in order
-                    samples = [items[i] for i in np.argsort(_slots(where, order, size), kind="stable")]
-                    yield from samples[:-1]
-                    self._position = after  # the batch is whole once its last sample goes
-                    if samples:
-                        yield samples[-1]
-                position = after
-        finally:
-            for stream in streams.values():
-                stream.close()
-
-    def _order(self, step: int, size: int) -> range | list[int]:
-        """The order of this rank's ``size`` samples of batch ``step``."""
-        if self._seed is None:
-            return range(size)
-        return batch_order(self._seed, epoch=self._epoch, step=step, rank=self.rank, size=size)
-
-    # -- package-internal: the loader's host protocol (see dataset/host.py) --------
-
-    def user_functions(self) -> list[tuple[str, object]]:
-        """(keyword, value) of the sources' functions a worker process must unpickle."""
-        return [("transform", data.options.transform) for data in self._sources.values()]
-
-    def supersede(self, description: str) -> None:
-        """A new iterator (``description``) closes the live one."""
-        self._lifecycle.supersede(description)
-
-    def hold(self, iterator: Guarded) -> Guarded | None:
-        """Make a loader's iterator the live one; return the mixture's own iterator it
-        wraps, if any (``num_workers=0``)."""
-        return self._lifecycle.hold(iterator)
-
-    def begin_iteration(self, *, stacklevel: int, warn: bool = True) -> None:
-        """At an iterator's first ``next()``: warn when the epoch has ended."""
-        if warn and self._schedule.advance(self._position) is None:
-            warnings.warn(
-                f"epoch {self._epoch} of this mixture has ended, so this iterator yields nothing; "
-                f"call set_epoch({self._epoch + 1}) to start another",
-                EpochCompleteWarning,
-                stacklevel=stacklevel,
-            )
+        return self._engine.iterate()
 
     def set_epoch(self, epoch: int) -> None:
         """Start mixture epoch ``epoch`` (a no-op for the current one).
@@ -330,43 +201,7 @@ class StreamingMixture(IterableDataset[Any]):
         Every source starts its next epoch it has not begun (position 0); the
         long-run shares carry on. An unfinished iterator is closed first.
         """
-        epoch = as_epoch(epoch)
-        if epoch == self._epoch:
-            return
-        self._lifecycle.set_epoch(epoch)
-        sources = {
-            name: SourcePosition(epoch=where.epoch + (1 if where.taken else 0))
-            for name, where in self._position.sources.items()
-        }
-        self._position = dataclasses.replace(self._position, step=0, sources=sources)
-        self._epoch = epoch
-
-    @contextmanager
-    def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
-        """While a loader starts its iterator: the pickles (the sources' too) are the
-        loader's, and the iterators yield one ``Slice`` per batch (of columns with
-        ``columnar``): each process's share, read from its own splits of every source."""
-        del batch_size  # always the mixture's own
-        with ExitStack() as stack:
-            stack.enter_context(self._lifecycle.shipping())
-            for data in self._sources.values():
-                stack.enter_context(data.shipping(batch_size=1, columnar=False))
-            self._loader_columnar, self._board = columnar, board
-            try:
-                yield
-            finally:
-                self._loader_columnar, self._board = None, None
-
-    def worker_report(self) -> WorkerReport:
-        """In a worker process: the read counters of its sources (package-internal)."""
-        info = get_worker_info()
-        worker = 0 if info is None else int(info.id)
-        counters = stats.total([data.counters.as_dict() for data in self._sources.values()])
-        return WorkerReport(worker, os.getpid(), {}, counters)
-
-    def commit_counters(self, report: WorkerReport) -> None:
-        """Keep a worker's latest counters (package-internal: its share was delivered)."""
-        self._worker_counters[(report.pid, report.worker)] = report.counters
+        self._engine.set_epoch(epoch)
 
     def stats(self) -> dict[str, float]:
         """Read counters of this rank since the mixture was built, summed over its sources
@@ -375,26 +210,7 @@ class StreamingMixture(IterableDataset[Any]):
         ``bytes_read``, ...), growing across epochs alike for k=0, workers started per
         epoch and persistent workers; plus ``step``, the batches of this mixture epoch
         delivered (0 again in each epoch). Cheap: counters only."""
-        parts = [data.counters.as_dict() for data in self._sources.values()]
-        return {"step": self.step, **stats.total([*parts, *self._worker_counters.values()])}
-
-    def commit_step(self) -> None:
-        """A loader handed one batch (from a worker) to the trainer."""
-        nxt = self._schedule.advance(self._position)
-        if nxt is None:
-            raise RuntimeError(
-                "a batch arrived after the mixture's end: the workers disagree with the trainer"
-            )
-        self._position = nxt[1]
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle for a worker process: settings, sources and position, no handles."""
-        state = dict(self.__dict__)
-        for_child = _compat.pickling_for_child_process()
-        state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
-        state["_board"] = self._board if for_child else None
-        state["_worker_counters"] = {}
-        return state
+        return self._engine.stats()
 
     # -- checkpoints ----------------------------------------------------------------
 
@@ -407,30 +223,7 @@ class StreamingMixture(IterableDataset[Any]):
         Raises:
             RuntimeError: the mixture was iterated by a plain DataLoader's workers.
         """
-        if self._lifecycle.shipped:
-            raise RuntimeError(
-                "this mixture was sent to the worker processes of a plain DataLoader, whose "
-                "progress never reaches this process; iterate it with "
-                "streaming.StreamingDataLoader, which counts each batch as it is returned"
-            )
-        tables = {name: self._table_state(name, where) for name, where in self._position.sources.items()}
-        return MixtureState(
-            global_batch_size=self.global_batch_size,
-            unit=self._unit,
-            stop=self.stop,
-            seed=self._seed,
-            weights=self._given,
-            epoch=self._epoch,
-            position=self._position,
-            tables=tables,
-        ).to_dict()
-
-    def _table_state(self, name: str, where: SourcePosition) -> dict[str, Any]:
-        data = self._sources[name]
-        counts = split_counts(where.taken, data.num_splits)
-        progress = [SplitProgress(samples=count, positions=count) for count in counts]
-        described = data.describe(data.view_at(where.epoch), progress)
-        return dataclasses.replace(described, owned_splits=tuple(range(data.num_splits))).to_dict()
+        return self._engine.state_dict()
 
     def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
         """Resume from ``state`` (of any rank, world size or worker count).
@@ -449,49 +242,7 @@ class StreamingMixture(IterableDataset[Any]):
                 plan input that differs (named with the source); a malformed state.
             RuntimeError: an iterator of this mixture is unfinished and still held.
         """
-        self._lifecycle.refuse_started("load_state_dict")  # an unstarted one follows the load
-        saved = MixtureState.from_dict(state)
-        check_saved_sources(list(saved.tables), list(self._sources))
-        settings = {
-            "global_batch_size": self.global_batch_size,
-            "unit": self._unit,
-            "stop": self.stop,
-            "seed": self._seed,
-        }
-        check_settings(saved, settings)
-        changed = weights_differ(saved.weights, self._given)
-        if changed and not reweight:
-            raise ValueError(
-                f"checkpoint has weights={saved.weights!r} but this mixture has "
-                f"weights={self._given!r}; pass reweight=True to load_state_dict to keep "
-                "everything delivered and use the new weights from here on, or build the "
-                f"mixture with weights={saved.weights!r}"
-            )
-        loads = {name: self._checked_table(name, saved) for name in self._sources}
-        for name, (view, progress) in loads.items():
-            self._sources[name].adopt(view, progress)
-        schedule = dataclasses.replace(self._schedule, epoch_samples=self._epoch_samples())
-        position: MixPosition = saved.position
-        if changed:
-            schedule, position = schedule.reweighted(self._schedule.weights, position)
-        self._schedule, self._position, self._epoch = schedule, position, saved.epoch
-        self._lifecycle.shipped = False
-        self._check_fits()  # the pinned snapshots may hold fewer rows than the constructed ones
-
-    def _checked_table(self, name: str, saved: MixtureState) -> tuple[Any, Any]:
-        data, table, where = self._sources[name], saved.tables[name], saved.position.sources[name]
-        try:
-            view, progress = data.check_load(table)
-        except ValueError as error:
-            raise ValueError(f"source {name!r}: {error}") from None
-        counts = [entry.samples for entry in progress]
-        if view.epoch != where.epoch or counts != split_counts(where.taken, data.num_splits):
-            raise ValueError(
-                f"source {name!r}: its table state (epoch {view.epoch}) does not match its "
-                f"position (epoch {where.epoch}, {where.taken} samples taken); the checkpoint "
-                "is damaged or was edited"
-            )
-        return view, progress
+        self._engine.load_state_dict(state, reweight=reweight)
 
     @staticmethod
     def merge_state_dicts(states: list[dict[str, Any]], *, allow_lag: bool = False) -> dict[str, Any]:
@@ -504,13 +255,3 @@ class StreamingMixture(IterableDataset[Any]):
         """
         del allow_lag
         return merge_mixture_states(states)
-
-
-def _slots(where: np.ndarray, order: range | list[int], size: int) -> np.ndarray:
-    """The slots in the ordered batch of the samples at offsets ``where`` before it was
-    ordered (the batch's sample i is the one at offset ``order[i]``)."""
-    if isinstance(order, range):
-        return where
-    inverse = np.empty(size, dtype=np.int64)
-    inverse[np.asarray(order, dtype=np.int64)] = np.arange(size, dtype=np.int64)
-    return inverse[where]

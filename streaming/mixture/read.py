@@ -24,7 +24,7 @@ from ..read.rows import Rows
 from .schedule import Segment, Step
 
 if TYPE_CHECKING:
-    from ..dataset.dataset import StreamingDataset
+    from ..dataset.host import MixtureSource
 
 __all__ = ["RankStream", "share_of"]
 
@@ -32,7 +32,7 @@ __all__ = ["RankStream", "share_of"]
 class RankStream:
     """Reads segments of one source for this rank, in order, opening each epoch's plan."""
 
-    def __init__(self, dataset: StreamingDataset, *, name: str, share: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, dataset: MixtureSource, *, name: str, share: tuple[int, int] = (0, 1)) -> None:
         self._dataset = dataset
         self._share = share  # (worker, workers): this process reads the splits at positions w, w + k, ...
         self._salt = (digest("mixture source", name),)  # per-row generators differ by source

@@ -1,0 +1,126 @@
+"""``Launch``: how a loader's iterator starts the DataLoader's batches and gathers them.
+
+The loader (``loader.py``) holds its settings and makes one ``Launch`` when it is
+built; each of its iterators (``iterators.py``) does the work through it: take
+the host's position at the first ``next()`` (``begin``), start the worker
+processes (``start``; with ``persistent_workers``, restart the kept ones and post
+them the position), and gather each batch from the workers' shares (``gather``).
+The loader itself calls none of these, so nothing calls back from the iterator
+into the loader.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from .. import _compat
+from ..core.lifecycle import Guarded
+from ..dataset import striped
+from ..dataset.board import Board
+from ..dataset.host import LoaderHost
+from . import transfer
+from .shares import Gathering, Shares, release_kept
+from .supervisor import supervise
+from .worker import ReportingCollate, WorkerBatch
+
+__all__ = ["PRELOAD", "Launch"]
+
+PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader.loader")
+"""What the fork server imports once for every worker; never Lance (not fork-safe once
+loaded), which ``streaming.loader.loader`` does not import."""
+
+_PRELOAD_HERE = sys.platform.startswith("linux")
+"""Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
+
+
+class Launch:
+    """One loader's way to start and gather its batches (package-internal).
+
+    ``framework_counts`` is set by the loader's ``len()`` when a framework counted
+    the whole epoch (then an iterator over a finished epoch does not warn).
+    """
+
+    def __init__(
+        self,
+        loader: DataLoader[Any],
+        host: LoaderHost,
+        *,
+        collate: ReportingCollate,
+        gathering: Gathering,
+        columnar: bool,
+        chosen_here: bool,
+    ) -> None:
+        self._loader, self._host = loader, host
+        self._collate, self._gathering, self._columnar = collate, gathering, columnar
+        # a fork server the loader chose is preloaded; a context the user passed is left alone
+        context = loader.multiprocessing_context
+        self._preload = chosen_here and _PRELOAD_HERE and context.get_start_method() == "forkserver"
+        self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
+        self.framework_counts = False
+
+    def begin(self, *, stacklevel: int) -> None:
+        """At an iterator's first ``next()``: the host takes its position; a framework
+        that counts epochs asks past a replay allowance, so then no warning."""
+        self._host.begin_iteration(stacklevel=stacklevel + 1, warn=not self.framework_counts)
+
+    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
+        """Start the DataLoader's batches at the host's position for ``iterator``.
+
+        Returns the batches, their shared-memory channel, and the host's own
+        iterator (``num_workers=0``) that ``iterator`` wraps.
+        """
+        loader, host = self._loader, self._host
+        keep = loader.persistent_workers and loader.num_workers > 0
+        if keep and _compat.persistent_iterator(loader) is not None and self._board is not None:
+            return self._restart_kept(), None, host.hold(iterator)
+        if self._preload:
+            _compat.forkserver_preload(loader.multiprocessing_context, PRELOAD)
+        channel = self._channel()
+        board = Board(loader.multiprocessing_context, loader.num_workers) if keep else None
+        with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board):
+            batches = DataLoader.__iter__(loader)
+        supervise(batches, description="iter(loader)")  # dead workers, semaphore names
+        if keep:  # the workers, their pipes and their shared memory live as long as the iterator
+            self._board = board
+            weakref.finalize(batches, release_kept, channel, board, num_workers=loader.num_workers)
+            channel = None
+        return batches, channel, host.hold(iterator)
+
+    def _restart_kept(self) -> Iterator[Any]:
+        """``persistent_workers=True``, workers running: they start a new iterator, then load
+        where the host stands now (its ``handover()``: position, epoch and version)."""
+        loader, host = self._loader, self._host
+        with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar):
+            batches = DataLoader.__iter__(loader)  # torch's _reset: every worker calls iter() again
+        assert self._board is not None
+        self._board.post(host.handover())
+        return batches
+
+    def _channel(self) -> transfer.Channel | None:
+        """The shared-memory channel of the batches about to start (set on the collate)."""
+        loader, channel = self._loader, None
+        if loader.num_workers > 0 and self._columnar and transfer.available():
+            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * striped.BUNDLE_SLICES)
+        self._collate.channel = channel
+        return channel
+
+    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
+        """The next batch of ``shares`` (see ``Gathering.gather``).
+
+        Kept workers that failed (a dead worker, a batch that failed on arrival) are
+        stopped, so the next ``iter()`` starts new ones.
+        """
+        assert shares is not None
+        try:
+            return self._gathering.gather(shares)
+        except StopIteration:
+            raise
+        except BaseException:
+            if self._loader.persistent_workers:  # kept workers may be dead or mid-batch: start new ones
+                _compat.drop_persistent_iterator(self._loader)
+            raise
