@@ -168,16 +168,7 @@ class Positioned:
     # -- checkpoints ----------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last sample delivered, as plain JSON data.
-
-        Owned splits carry their exact counts; every other split carries where it
-        stands if all ranks advance in lockstep, so one rank's state resumes a
-        synchronous job on the same topology. Never contains credentials.
-
-        Raises:
-            RuntimeError: an evaluation dataset; a dataset whose samples went to the
-                workers of a plain DataLoader.
-        """
+        """``StreamingDataset.state_dict`` (its docstring says what is guaranteed)."""
         self._refuse_evaluation("state_dict")
         if self._lifecycle.shipped:
             raise RuntimeError(

@@ -318,22 +318,7 @@ class MixtureEngine:
         return dataclasses.replace(described, owned_splits=tuple(range(data.num_splits))).to_dict()
 
     def load_state_dict(self, state: dict[str, Any], *, reweight: bool = False) -> None:
-        """Resume from ``state`` (of any rank, world size or worker count).
-
-        Everything is validated before anything changes. Each source pins the
-        snapshot its part of the state names.
-
-        Args:
-            state: A mixture state (``state_dict()`` or ``merge_state_dicts``).
-            reweight: Accept a state saved with other weights: what was delivered
-                stays delivered, and this mixture's weights decide every later batch.
-
-        Raises:
-            ValueError: sources added, removed or renamed; another batch size, unit
-                or stop rule; other weights without ``reweight=True``; any source's
-                plan input that differs (named with the source); a malformed state.
-            RuntimeError: an iterator of this mixture is unfinished and still held.
-        """
+        """``StreamingMixture.load_state_dict`` (its docstring says what is checked)."""
         self._lifecycle.refuse_started("load_state_dict")  # an unstarted one follows the load
         saved = MixtureState.from_dict(state)
         check_saved_sources(list(saved.tables), list(self.sources))
