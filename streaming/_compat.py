@@ -1,7 +1,7 @@
 """Every private torch and standard-library hook lance-streaming relies on, in one place.
 
 Each function names the private attribute it uses and what breaks without it.
-Tested on torch 2.13 with Python 3.10 to 3.13; ``tests/test_compat.py`` calls every
+Tested on torch 2.13 with Python 3.10 to 3.13; ``tests/project/test_compat.py`` calls every
 one of them against the installed versions, so an upgrade that removes or renames
 one fails there first, not in a user's training run.
 """

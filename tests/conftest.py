@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from shm_watch import GRACE_SECONDS, SHM, Run, shm_leftovers, shm_names
 
 from helpers import make_table
+from shm_watch import GRACE_SECONDS, SHM, Run, shm_leftovers, shm_names
 
 __all__ = ["GRACE_SECONDS", "SHM", "shm_leftovers", "shm_names"]
 

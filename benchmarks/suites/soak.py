@@ -1,7 +1,7 @@
 """Soak: one long training run with repeated SIGKILLs and resumes; do resources stay flat?
 
 ``python -m benchmarks soak --minutes M`` trains one gloo rank with DataLoader
-workers over many epochs of a small table (``tests/chaos_rank.py``, checkpoints
+workers over many epochs of a small table (``tests/procs/chaos_rank.py``, checkpoints
 every few steps), SIGKILLs the trainer every so often and resumes it from its last
 complete checkpoint. It samples the trainer's resident memory, its open file
 descriptors and the number of entries in ``/dev/shm`` about once a second and
@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parents[2] / "tests"
-sys.path.insert(0, str(TESTS))
+SUPPORT = Path(__file__).resolve().parents[2] / "tests" / "support"
+PROCS = SUPPORT.parent / "procs"
+sys.path.insert(0, str(SUPPORT))
+
+from benchmarks.harness import sections  # noqa: E402
 
 from chaos_checks import latest_checkpoint  # noqa: E402
 from chaos_procs import Job, launch, wait_gone  # noqa: E402
 from chaos_table import random_table  # noqa: E402
-
-from benchmarks.harness import sections  # noqa: E402
 
 # name -> (relative growth allowed from the first to the last quarter (plus one unit), statistic).
 # /dev/shm entries are compared by their minimum: the running job's own queues and rings
@@ -68,7 +69,7 @@ def command(soak: Soak, port: int) -> list[str]:
     resume = latest_checkpoint(soak.out)
     return [
         sys.executable,
-        str(TESTS / "chaos_rank.py"),
+        str(PROCS / "chaos_rank.py"),
         f"--uri={soak.uri}",
         f"--out={soak.out}",
         f"--run={soak.runs}",

@@ -7,7 +7,7 @@ iterates a facade's engine, found with ``engine_of`` (``dataset_engine`` and
 here: ``LoaderHost`` for every engine, plus ``DatasetHost`` or ``MixtureHost``. A
 mixture reads its sources' engines through ``MixtureSource``. No module reads
 another's private attributes, and the facades' public names are only those
-docs/api.md documents (``tests/test_api.py``).
+docs/api.md documents (``tests/project/test_api.py``).
 """
 
 from __future__ import annotations

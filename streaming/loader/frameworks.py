@@ -38,7 +38,7 @@ EPOCH_COUNTING_FRAMEWORKS = (
 ACCELERATE_FLAGS = {"_is_accelerate_prepared": True, "use_stateful_dataloader": True}
 """Class attributes that make ``Accelerator.prepare`` keep the loader as it is and
 ``save_state``/``load_state`` save and restore its ``state_dict()`` (accelerate 1.x;
-``tests/test_accelerate.py`` checks both against the installed version)."""
+``tests/jobs/test_accelerate.py`` checks both against the installed version)."""
 
 _OWN = __name__.split(".")[0]
 _DEPTH = 12  # frames searched for the first caller outside this package

@@ -1,0 +1,178 @@
+"""The benchmark harness runs end to end (``--quick``) and reports every contender."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONTENDER_LABELS = (
+    "raw Lance scan -> Arrow (to_batches)",
+    "Lance takes of shuffled 64-row blocks, Arrow only",
+    "raw scan -> row dicts -> default_collate(256)",
+    "lance.torch LanceDataset(batch_size=256), unshuffled",
+    "peer StreamingDataset, direct per row",
+    "peer StreamingDataLoader(256), k=0",
+    "peer StreamingDataLoader(256), k=2 spawn",
+    "ours StreamingDataset, direct per row",
+    "ours StreamingDataLoader(256), k=0",
+    "ours StreamingDataLoader(256), k=2 default start",
+)
+
+SECTIONS = (
+    "## Targets",
+    "## Throughput",
+    "## Sustained throughput",
+    "## Start-up at scale",
+    "## The pure plan at scale",
+    "## Resume",
+    "## Memory",
+    "## Mixing trade-off",
+)
+
+
+KEPT = (
+    "<!-- packing:begin -->\npacked\n<!-- packing:end -->\n\n"
+    "<!-- transfer:begin -->\nsent\n<!-- transfer:end -->\n\n"
+    "<!-- transforms:begin -->\ntransformed\n<!-- transforms:end -->"
+)
+
+
+def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
+    """``--smoke``: every measurement of ``--quick`` once, on smaller tables."""
+    out = tmp_path / "b.md"
+    out.write_text("# old\n\n" + KEPT + "\n", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "bench", "--smoke", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"benchmark exited with {done.returncode}:\n{done.stderr[-4000:]}"
+    text = out.read_text(encoding="utf-8")
+    missing = [name for name in CONTENDER_LABELS + SECTIONS if name not in text]
+    assert not missing, f"{out} lacks {missing}"
+    throughput = text.split("## Throughput")[1].split("## Sustained")[0]
+    ours = [line for line in throughput.splitlines() if line.startswith("| ours")]
+    assert len(ours) == 3 and not [line for line in ours if "failed:" in line], ours
+    sustained = text.split("## Sustained throughput")[1].split("## Start-up")[0]
+    rows = [line for line in sustained.splitlines() if line.startswith(("| raw", "| lance", "| ours"))]
+    assert len(rows) == 3 and not [line for line in rows if "failed:" in line], rows
+    plain = text.split("In plain words:")[1].split("## Throughput")[0]
+    assert plain.count("\n- ") == text.split("## Targets")[1].split("In plain words")[0].count("\n| ") - 2
+    assert "PASS" in text or "FAIL" in text
+    assert (tmp_path / "b.png").stat().st_size > 0
+    assert "| raw Lance scan" in done.stdout, "the tables are printed to stdout too"
+    assert "# old" not in text and text.rstrip().endswith(KEPT), "the other commands' sections are kept"
+
+
+def run_section(tmp_path: Path, name: str, *args: str, section: str | None = None) -> tuple[str, str]:
+    """Run ``python -m benchmarks <name> args --out F`` on a file with other sections
+    around ``name``'s (or ``section``'s); check only that section changed; return (file text, stdout)."""
+    out = tmp_path / "b.md"
+    marker = section or name
+    out.write_text(f"# Kept\n\n<!-- {marker}:begin -->\nold\n<!-- {marker}:end -->\n\n## Also kept\n")
+    command = [sys.executable, "-m", "benchmarks", name, *args, "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
+    return text, done.stdout
+
+
+def test_transfer_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    text, _ = run_section(tmp_path, "transfer", "--batches", "50", "--rows", "16")
+    rows = [line for line in text.splitlines() if line.startswith("| 16 |")]
+    assert [row.split("|")[3].strip() for row in rows] == ["result pipe (pickled)", "shared-memory slots"]
+
+
+def test_packing_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    text, _ = run_section(tmp_path, "packing", "--docs", "300", "--mean", "64", "--cap", "2")
+    rows = [line for line in text.splitlines() if line.startswith(("| raw", "| peer", "| ours"))]
+    assert len(rows) == 3 and all("tokens" not in row.split("|")[3] for row in rows), rows
+
+
+def test_transforms_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    """Tiny tables, k=0 only (workers take seconds to start): every case measured, ratios printed."""
+    args = ("--rows", "64", "--image-rows", "64", "--workers", "0", "--seconds", "1")
+    text, stdout = run_section(tmp_path, "transforms", *args)
+    probes = [line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" in line]
+    assert [line.split("|")[2].strip() for line in probes] == ["peer, k=0", "ours, k=0"] * 2, probes
+    assert not [line for line in probes if "failed:" in line], probes
+    ratios = [
+        line for line in text.splitlines() if line.startswith(("| slow", "| JPEG")) and "k=0" not in line
+    ]
+    assert len(ratios) == 2 and all(line.count("PASS") + line.count("FAIL") == 2 for line in ratios), ratios
+    assert "transform_parallelism 4 / 1, whole run: " in text and "| 4 |" in text
+    assert "## Transforms" in stdout, "the section is printed too"
+
+
+def test_mixtures_benchmark_replaces_only_its_section(tmp_path: Path) -> None:
+    """Tiny tables, one repeat: every contender measured with its rows read per row
+    delivered; the read and the rate targets judged."""
+    text, _ = run_section(tmp_path, "mixtures", "--rows", "4096", "--repeats", "1")
+    rows = [line for line in text.splitlines() if line.startswith(("| raw", "| one", "| mixture"))]
+    assert len(rows) == 10 and all(line.count("x |") == 2 for line in rows), rows
+    reads = {line.split("|")[1].strip(): float(line.split("|")[5]) for line in rows}
+    assert all(reads[f"mixture 70/30, k={k}"] < 1.5 for k in (2, 4)), reads  # k-fold reads would be >= 2
+    assert "Rows read per delivered row" in text and "Mixture k=2 against one table k=2" in text
+    assert "The mixture runs at" in text and "k=2 gives" in text
+
+
+def test_workerpath_benchmark_judges_cpu_and_the_later_first_batch(tmp_path: Path) -> None:
+    """Tiny table, one repeat: the four cases, both CPU ratios and the persistent-workers
+    line (a later iterator's first batch, with and without kept workers) are printed."""
+    text, _ = run_section(tmp_path, "workerpath", "--rows", "8192", "--repeats", "1")
+    rows = [line for line in text.splitlines() if line.startswith("| k=")]
+    assert len(rows) == 4, rows
+    assert text.count("CPU per row, k=2") == 2
+    later = next(line for line in text.splitlines() if line.startswith("- First batch of a later iterator"))
+    assert "persistent_workers=True" in later and ("PASS" in later or "FAIL" in later)
+
+
+def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> None:
+    """``--smoke`` on CPU: a training step fed by k=0 and k=2 loaders, one table and a mixture,
+    each with a first batch, a positive rate, a busy fraction and CPU per row."""
+    text, stdout = run_section(tmp_path, "gpu", "--smoke", "--device", "cpu")
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| one", "| mixture"))]
+    configurations = [(cells[0].strip(), cells[1].strip()) for cells in rows]
+    expected = [(source, k) for source in ("one table", "mixture 70/30") for k in ("0", "2")]
+    assert configurations == expected, configurations
+    for cells in rows:
+        first_s, rate, busy, cpu_us = (float(cell.replace(",", "")) for cell in cells[2:6])
+        assert first_s > 0 and rate > 0 and 0 < busy <= 1 and cpu_us > 0, cells
+        assert cells[7].strip() in ("row cap", "time cap"), (
+            f"the steady state must end before the epoch: {cells}"
+        )
+    assert "## GPU-fed training" in stdout and "device CPU" in text
+
+
+def test_remote_table_benchmark_measures_both_worker_counts_against_local(tmp_path: Path) -> None:
+    """A small table behind no latency: the four cases with their requests, the three
+    targets judged for k=0 and 2, the start-up lines (filter, the peer's scan, 100M plan)."""
+    args = ("--rows", "20000", "--latency-ms", "0")
+    text, _ = run_section(tmp_path, "remote_table", *args, section="remote-table")
+    rows = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| local", "| remote"))]
+    assert [cells[0].strip() for cells in rows] == ["local, k=0", "remote, k=0", "local, k=2", "remote, k=2"]
+    assert all(float(cells[4]) > 0 for cells in rows if "remote" in cells[0]), rows  # requests counted
+    judged = [line for line in text.splitlines() if line.startswith("- k=")]
+    assert len(judged) == 2 and all(line.count("PASS") + line.count("FAIL") == 3 for line in judged), judged
+    assert "1 query (the matching offsets" in text and "The peer's start-up scans every row id" in text
+
+
+def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> None:
+    """Tiny sizes, k=0 only: the blob column, the plain column and the files each give a
+    rate and the ratio is judged; the memory run streams a small blob table with k=2."""
+    args = ("--images", "48", "--workers", "0", "--seconds", "2", "--repeats", "1", "--memory-blobs", "6")
+    args += ("--blob-mib", "1")
+    text, stdout = run_section(tmp_path, "blobs", *args)
+    row = next(line for line in text.splitlines() if line.startswith("| 0 |"))
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert all(float(cell.replace(",", "")) > 0 for cell in cells[1:4]), cells
+    assert cells[-1] in ("PASS", "FAIL"), cells
+    memory = text.split("| the formula's blob bytes")[1].splitlines()[2]
+    assert len(memory.split("|")) == 7 and "failed" not in text, memory
+    assert "## Blob columns" in stdout and "6 blobs of 1 MiB" in text
