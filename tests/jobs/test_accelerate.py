@@ -79,7 +79,7 @@ def test_two_processes_share_one_state_file_and_resume_exactly(uri, tmp_path):
     ranks, and the runs together deliver every planned row once."""
     import json
 
-    from jobs import PROCS, launch_script
+    from launching import PROCS, launch_script
 
     from helpers import ids_of
 

@@ -151,7 +151,7 @@ def test_two_processes_resume_exactly(uri, tmp_path):
     """Two gloo processes (as torchrun starts them), batches of 4, a crash after step 12,
     resumed from step 10: the checkpoint holds the main process's state, both ranks load
     it, and the two runs train every planned row of the epoch once."""
-    from jobs import PROCS, launch_script
+    from launching import PROCS, launch_script
 
     script = PROCS / "hf_rank.py"
     codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}")
