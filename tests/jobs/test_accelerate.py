@@ -79,9 +79,8 @@ def test_two_processes_share_one_state_file_and_resume_exactly(uri, tmp_path):
     ranks, and the runs together deliver every planned row once."""
     import json
 
-    from launching import PROCS, launch_script
-
     from helpers import ids_of
+    from launching import PROCS, launch_script
 
     script = PROCS / "accelerate_rank.py"
     codes, outputs = launch_script(script, tmp_path, 2, f"--uri={uri}")
