@@ -25,6 +25,7 @@ from pathlib import Path
 
 import lance
 import pytest
+import shm_watch
 import test_docs
 
 from benchmarks.harness.s3 import make_bucket, moto_server
@@ -94,7 +95,8 @@ def job_processes(token: str) -> list[int]:
 
 
 def shm_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("lsr")}
+    """The loader's rings in /dev/shm that this test run made (another job's are not judged)."""
+    return shm_watch.ours({name for name in os.listdir("/dev/shm") if name.startswith("lsr")})
 
 
 def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: list[dict[str, str]], **args):
