@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import shm_watch
 from helpers import make_table
 from shm_watch import GRACE_SECONDS, SHM, Run, shm_leftovers, shm_names
 
@@ -67,6 +68,7 @@ SHM_WATCH = pytest.StashKey[ShmWatch]()
 def pytest_configure(config: pytest.Config) -> None:
     """Mark this run's semaphore names and start watching its processes, before any test."""
     watch = config.stash.setdefault(SHM_WATCH, ShmWatch())
+    shm_watch.CURRENT = watch.run
     watch.run.mark_semaphores()
     watch.run.start()
 

@@ -22,7 +22,8 @@ from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
 from ..core.stripes import RankOrder, Stripe
 from ..read import source
 from ..read.view import TableView, open_view
-from ..state.format import StreamState, check_compatible
+from ..state.compat import check_compatible
+from ..state.format import StreamState
 from .topology import agree
 
 __all__ = ["Positioned"]

@@ -39,5 +39,5 @@ def check_torchrun_store() -> None:
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in every torchrun agent's environment "
             "(see the Multi-node jobs page of the docs)",
             TorchrunStoreWarning,
-            stacklevel=3,  # the caller of StreamingDataset()
+            stacklevel=4,  # the caller of StreamingDataset() (through build_engine)
         )

@@ -1,7 +1,9 @@
-"""From a Lance snapshot to samples: the only wing that imports Lance (``source``, ``cached``).
+"""From a Lance snapshot to samples: the only wing that imports Lance (``handles``, ``cached``).
 
-``source`` opens snapshots and reads ranges, ``cached`` reads a remote snapshot
-through the local cache whose files ``diskcache`` keeps, ``jobplan`` shares one
+``handles`` opens snapshots, ``source`` reads ranges (and offers ``handles``' and
+``tags``' names), ``tags`` keeps a version through cleanup, ``cached`` reads a remote
+snapshot through the local cache whose files ``diskcache`` keeps (on ``cachefs``'s
+locks and scans; ``cacheusage`` lists and clears it), ``jobplan`` shares one
 filter scan per job, ``view`` is one snapshot planned for one epoch, ``reader`` reads
 windows ahead, ``rows``/``transformed`` turn Arrow into samples, and ``iterate``,
 ``assemble`` and ``packing`` yield cycles, columnar batches and packed blocks.

@@ -73,7 +73,7 @@ def warn_unused(uri: str, *, cache_dir: object) -> None:
         "and the cache keeps copies of tables on object storage only; leave cache_dir unset "
         "for local tables",
         CacheUnusedWarning,
-        stacklevel=3,
+        stacklevel=4,  # the caller of StreamingDataset() (through build_engine)
     )
 
 

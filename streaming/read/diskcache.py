@@ -23,6 +23,9 @@ of the entry (a *hold*), so eviction, which removes only entries no process hold
 (link count 1), never pulls a file from under a read. Holds of a process that died
 are removed with its ``pins/TOKEN`` folder by the next process that looks.
 
+The locks, claims and scans live in ``read/cachefs.py``; what the command line
+shows (``usage``, ``clear``) in ``read/cacheusage.py``, importable from here too.
+
 No Lance here: only the file system.
 """
 
@@ -32,19 +35,19 @@ import atexit
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from .cachefs import KINDS, Found, claim, locked, make_dir, reap_dead, reserved_bytes, scan, write_json
+from .cacheusage import clear, usage
+
 __all__ = ["DiskCache", "Entry", "clear", "safe_uri", "table_key", "usage"]
 
-KINDS = ("data", "_deletions")
-"""The folders of a Lance table whose files are immutable and cached."""
 RESERVE_BYTES = 1 << 30
 """A fill never leaves less free space on the cache's disk than this (or 5% of the disk)."""
 
@@ -83,22 +86,6 @@ class Entry:
         return self.relpath.replace("/", "~")
 
 
-def _make_dir(path: str) -> None:
-    """Create ``path`` and any missing parent, each owner-only."""
-    if not os.path.isdir(path):
-        _make_dir(os.path.dirname(path))
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-
-
-def _write_json(path: str, value: object) -> None:
-    """Write ``value`` to ``path`` atomically (a temporary name, then a rename)."""
-    temp = f"{path}.{secrets.token_hex(6)}.tmp"
-    with open(temp, "w") as file:
-        json.dump(value, file)
-    os.replace(temp, path)
-
-
 class DiskCache:
     """One process's view of the cache at ``root`` (at most ``limit`` bytes of entries).
 
@@ -116,10 +103,10 @@ class DiskCache:
         self._lock = threading.Lock()
         self._held: dict[Entry, int] = {}
         if not os.path.isdir(root):
-            _make_dir(root)
+            make_dir(root)
             os.chmod(root, 0o700)  # whatever the umask
         for folder in ("store", "tables", "claims", "tmp", "pins"):
-            _make_dir(self._path(folder))
+            make_dir(self._path(folder))
         self._alive = self._announce()
         atexit.register(self.close)
         reap_dead(root)
@@ -171,7 +158,7 @@ class DiskCache:
             count = self._held.get(entry, 0)
             if count == 0:
                 pin = os.path.join(self.pin_root(entry.table), entry.relpath)
-                _make_dir(os.path.dirname(pin))
+                make_dir(os.path.dirname(pin))
                 try:
                     os.link(self.stored(entry), pin)
                 except FileNotFoundError:
@@ -212,14 +199,14 @@ class DiskCache:
         """
         if self.present(entry):
             return True
-        with _claim(self._path("claims", entry.table, f"{entry.flat}.lock")) as claimed:
+        with claim(self._path("claims", entry.table, f"{entry.flat}.lock")) as claimed:
             if not claimed:
                 return False
             if self.present(entry):
                 return True  # filled by the process that held the claim before
             reserved = entry.size or 0
             temp = self._path("tmp", f"{entry.table}~{entry.flat}~{reserved}~{self.token}")
-            with _locked(self._path("evict.lock")):
+            with locked(self._path("evict.lock")):
                 if not self._make_room(reserved, own=temp):
                     return False
                 os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
@@ -238,8 +225,8 @@ class DiskCache:
         with open(temp, "rb+") as file:
             os.fsync(file.fileno())
         final = self.stored(entry)
-        _make_dir(os.path.dirname(final))
-        with _locked(self._path("evict.lock")):
+        make_dir(os.path.dirname(final))
+        with locked(self._path("evict.lock")):
             if not self._make_room(size, own=temp):
                 return False
             os.rename(temp, final)
@@ -248,20 +235,20 @@ class DiskCache:
     def make_room(self, size: int) -> bool:
         """Evict entries no process holds, least recently used first, until ``size`` more
         bytes fit the limit and the disk's free space; False when they cannot."""
-        with _locked(self._path("evict.lock")):
+        with locked(self._path("evict.lock")):
             return self._make_room(size, own=None)
 
     def _make_room(self, size: int, *, own: str | None) -> bool:
         """``make_room`` with the eviction lock held; ``own``: this fill's reservation."""
         if self.limit is not None and size > self.limit:
             return False
-        entries = _scan(self._path("store"))
-        reserved = _reserved(self._path("tmp"), own)
+        entries = scan(self._path("store"))
+        reserved = reserved_bytes(self._path("tmp"), own)
         if self._fits(entries, size + reserved):
             return True
         reap_dead(self.root)
-        entries = sorted(_scan(self._path("store")), key=lambda found: found.mtime)
-        reserved = _reserved(self._path("tmp"), own)
+        entries = sorted(scan(self._path("store")), key=lambda found: found.mtime)
+        reserved = reserved_bytes(self._path("tmp"), own)
         for found in list(entries):
             if self._fits(entries, size + reserved):
                 return True
@@ -271,7 +258,7 @@ class DiskCache:
                 entries.remove(found)
         return self._fits(entries, size + reserved)
 
-    def _fits(self, entries: list[_Found], size: int) -> bool:
+    def _fits(self, entries: list[Found], size: int) -> bool:
         used = sum(found.size for found in entries)
         if self.limit is not None and used + size > self.limit:
             return False
@@ -283,204 +270,9 @@ class DiskCache:
     def record_version(self, table: str, uri: str, version: int, files: dict[str, int | None]) -> None:
         """Note which files version ``version`` of ``table`` (at ``uri``) reads, for ``usage``."""
         folder = self._path("tables", table)
-        _make_dir(folder)
+        make_dir(folder)
         if not os.path.exists(os.path.join(folder, "table.json")):
-            _write_json(os.path.join(folder, "table.json"), {"uri": safe_uri(uri)})
+            write_json(os.path.join(folder, "table.json"), {"uri": safe_uri(uri)})
         path = os.path.join(folder, f"v{version}.json")
         if not os.path.exists(path):
-            _write_json(path, {"version": version, "files": files})
-
-
-@dataclass
-class _Found:
-    path: str
-    size: int
-    mtime: float
-    links: int
-
-
-def _scan(store: str) -> list[_Found]:
-    """Every complete entry under ``store``."""
-    found = []
-    for table in _listdir(store):
-        for kind in KINDS:
-            folder = os.path.join(store, table, kind)
-            for name in _listdir(folder):
-                path = os.path.join(folder, name)
-                with contextlib.suppress(FileNotFoundError):
-                    status = os.stat(path)
-                    found.append(_Found(path, status.st_size, status.st_mtime, status.st_nlink))
-    return found
-
-
-def _reserved(temps: str, own: str | None) -> int:
-    """Bytes that fills in progress (other than ``own``) have reserved."""
-    total = 0
-    for name in _listdir(temps):
-        if own is None or os.path.join(temps, name) != own:
-            with contextlib.suppress(ValueError, IndexError):
-                total += int(name.rsplit("~", 2)[-2])
-    return total
-
-
-def _listdir(folder: str) -> list[str]:
-    try:
-        return sorted(os.listdir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-@contextlib.contextmanager
-def _claim(path: str) -> Iterator[bool]:
-    """Yield True while this process alone holds the claim at ``path``; False at once
-    when another process holds it. The claim file is removed when released."""
-    _make_dir(os.path.dirname(path))
-    while True:
-        descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            yield False
-            return
-        try:
-            current = os.stat(path).st_ino == os.fstat(descriptor).st_ino
-        except FileNotFoundError:
-            current = False
-        if current:
-            break
-        os.close(descriptor)  # the previous holder removed that file as we opened it: again
-    try:
-        yield True
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        os.close(descriptor)
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Hold the exclusive lock at ``path`` (waiting for it)."""
-    descriptor = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)
-
-
-def _dead(lock: str) -> bool:
-    """True when the process that held ``lock`` for its life has ended."""
-    try:
-        descriptor = os.open(lock, os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(descriptor)  # releases the lock if we took it
-    return True
-
-
-def _ended(pins: str, token: str) -> bool:
-    """True when the process of ``token`` has ended (its liveness lock is gone or free)."""
-    lock = os.path.join(pins, f"{token}.lock")
-    return not os.path.exists(lock) or _dead(lock)
-
-
-def reap_dead(root: str) -> list[str]:
-    """Remove the holds and temporary files of processes that ended; their tokens."""
-    pins, temps = os.path.join(root, "pins"), os.path.join(root, "tmp")
-    dead = []
-    for name in _listdir(pins):
-        if name.endswith(".lock") and _dead(os.path.join(pins, name)):
-            token = name.removesuffix(".lock")
-            shutil.rmtree(os.path.join(pins, token), ignore_errors=True)
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(pins, name))
-            dead.append(token)
-    for name in _listdir(temps):
-        if _ended(pins, name.rsplit("~", 1)[-1]):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(temps, name))
-    for name in _listdir(pins):
-        if name.endswith(".new") and _dead(os.path.join(pins, name)):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(pins, name))
-        elif not name.endswith((".lock", ".new")) and _ended(pins, name):
-            shutil.rmtree(os.path.join(pins, name), ignore_errors=True)
-    return dead
-
-
-# -- the command line's view --------------------------------------------------------
-
-
-def usage(root: str) -> dict[str, object]:
-    """What the cache at ``root`` holds: bytes, entries, and per table its URI and the
-    versions seen, with how many of each version's files are cached."""
-    store = os.path.join(root, "store")
-    found = _scan(store)
-    tables = []
-    for table in _listdir(os.path.join(root, "tables")):
-        folder = os.path.join(root, "tables", table)
-        try:
-            with open(os.path.join(folder, "table.json")) as file:
-                uri = json.load(file)["uri"]
-        except (OSError, ValueError, KeyError):
-            uri = "?"
-        mine = [item for item in found if item.path.startswith(os.path.join(store, table) + os.sep)]
-        versions = []
-        for name in _listdir(folder):
-            if name.startswith("v") and name.endswith(".json"):
-                with contextlib.suppress(OSError, ValueError, KeyError):
-                    with open(os.path.join(folder, name)) as file:
-                        recorded = json.load(file)
-                    files = recorded["files"]
-                    cached = sum(os.path.exists(os.path.join(store, table, path)) for path in files)
-                    versions.append({"version": recorded["version"], "files": len(files), "cached": cached})
-        versions.sort(key=lambda item: item["version"])
-        tables.append(
-            {
-                "uri": uri,
-                "key": table,
-                "entries": len(mine),
-                "bytes": sum(item.size for item in mine),
-                "versions": versions,
-            }
-        )
-    return {
-        "directory": root,
-        "entries": len(found),
-        "bytes": sum(item.size for item in found),
-        "held": sum(item.links > 1 for item in found),
-        "partial": len(_listdir(os.path.join(root, "tmp"))),
-        "tables": tables,
-    }
-
-
-def clear(root: str) -> dict[str, int]:
-    """Remove every entry no running process holds, and what ended processes left.
-
-    Safe while jobs run: they read what they hold and fill again what they need.
-    """
-    reap_dead(root)
-    removed = freed = kept = 0
-    with _locked(os.path.join(root, "evict.lock")):
-        for found in _scan(os.path.join(root, "store")):
-            if found.links > 1:
-                kept += 1
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(found.path)
-                removed, freed = removed + 1, freed + found.size
-        for table in _listdir(os.path.join(root, "tables")):
-            if not _scan_table(root, table):
-                shutil.rmtree(os.path.join(root, "tables", table), ignore_errors=True)
-    return {"removed": removed, "bytes": freed, "held": kept}
-
-
-def _scan_table(root: str, table: str) -> bool:
-    """True when ``table`` still has an entry."""
-    return any(_listdir(os.path.join(root, "store", table, kind)) for kind in KINDS)
+            write_json(path, {"version": version, "files": files})

@@ -45,7 +45,6 @@ def shared_filter_index(snapshot: source.Snapshot, handle: Any, predicate: str) 
         ValueError: the ranks opened different versions of the table, or the
             filter cannot be applied.
     """
-    import torch
     import torch.distributed as dist
 
     versions = _gather(snapshot.version)
@@ -73,6 +72,17 @@ def shared_filter_index(snapshot: source.Snapshot, handle: Any, predicate: str) 
     if box[0][0] == "error":
         raise ValueError(box[0][1])
     _, fragments, matching = box[0]
+    return _broadcast_index(index, fragments=fragments, matching=matching)
+
+
+def _broadcast_index(
+    index: source.FilterIndex | None, *, fragments: int, matching: int
+) -> source.FilterIndex:
+    """Rank 0's ``index`` on every rank, its arrays sent as tensors over gloo (no pickling);
+    the other ranks pass None and the sizes rank 0 announced."""
+    import torch
+    import torch.distributed as dist
+
     # the arrays go as tensors (no pickling): int64 fragment ids and starts, uint32 offsets as int32
     arrays = (
         (np.asarray(index.ids), np.asarray(index.starts), np.asarray(index.offsets))

@@ -107,7 +107,7 @@ def estimate_blocks(
         f"with fewer tokens are padded, extra tokens are dropped. Pass blocks_per_epoch={blocks} "
         "to fix it",
         PackingEstimateWarning,
-        stacklevel=5,
+        stacklevel=7,  # the caller of StreamingDataset() (through build_engine, the first view)
     )
     return blocks
 

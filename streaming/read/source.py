@@ -1,7 +1,8 @@
-"""The only module that talks to Lance: snapshots, fragment row counts, filters, reads.
+"""Lance reads: fragment metadata, filter indexes, rows by fragment and offset.
 
-Lance handles never travel between processes. A ``Snapshot`` (URI, version,
-storage options) does, and every process opens its own handle from it, once.
+Opening tables and snapshots lives in ``read/handles.py`` and version tags in
+``read/tags.py``; their names are importable from here too, so the rest of the
+package asks this module what it asks of Lance.
 """
 
 from __future__ import annotations
@@ -10,17 +11,24 @@ import atexit
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..core.profiles import PROFILES
-from ..errors import SnapshotGoneError
-from . import remote
+from .handles import (
+    Snapshot,
+    check_fork_safety,
+    handle_options,
+    mark_used,
+    open_snapshot,
+    open_table,
+    table_uri,
+)
+from .tags import latest_version, protect, release, tag_name
 
 __all__ = [
     "FilterIndex",
@@ -42,139 +50,6 @@ __all__ = [
     "table_uri",
     "tag_name",
 ]
-
-_MAX_HANDLES = 8
-_HANDLES: dict[tuple[str, int, int], Any] = {}
-_lance_used_in_pid: int | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Where to find one version of a table; picklable, holds no handle.
-
-    ``storage_options`` (which may hold credentials) are kept out of ``repr`` and
-    out of every state dict.
-    """
-
-    uri: str
-    version: int
-    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
-    table_name: str | None = field(default=None, compare=False)
-    connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
-    remote: remote.Connection | None = field(default=None, repr=False, compare=False)
-    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table."""
-
-    def at_version(self, version: int) -> Snapshot:
-        """The same table at another version."""
-        return Snapshot(
-            self.uri, version, self.storage_options, self.table_name, self.connection_factory, self.remote
-        )
-
-
-def check_fork_safety() -> None:
-    """Raise if this process was forked from one that had already used Lance.
-
-    Lance is not fork-safe: a forked child that touches it can crash or hang, even
-    with a handle of its own. Called before any Lance call in a worker.
-    """
-    if _lance_used_in_pid is not None and _lance_used_in_pid != os.getpid():
-        raise RuntimeError(
-            "this DataLoader worker was forked from a process that had already used "
-            "Lance, which is not fork-safe (the worker could hang or crash); use "
-            "streaming.StreamingDataLoader, or pass multiprocessing_context='forkserver' "
-            "(or 'spawn') to DataLoader"
-        )
-
-
-def _mark_used() -> None:
-    global _lance_used_in_pid
-    _lance_used_in_pid = os.getpid()
-
-
-def _open_dataset(uri: str, version: int | None, storage_options: Mapping[str, str] | None) -> Any:
-    import lance
-
-    _mark_used()
-    options = dict(storage_options) if storage_options else None
-    try:
-        return lance.dataset(uri, version=version, storage_options=options)
-    except ValueError as error:
-        if version is not None and "not found" in str(error).lower():
-            raise SnapshotGoneError(
-                f"version {version} of table {uri!r} no longer exists (it was cleaned up "
-                "or the table was recreated), so this checkpoint cannot be resumed "
-                "exactly; build datasets with tag_snapshot=True (or tag a version yourself: "
-                "lance.dataset(uri).tags.create(name, version)) to keep the versions you may "
-                "resume from when old versions are cleaned up"
-            ) from None
-        raise
-
-
-def open_table(
-    table: Any,
-    *,
-    version: int | None,
-    storage_options: Mapping[str, str] | None,
-    connection_factory: Callable[[str], Any] | None = None,
-) -> tuple[Snapshot, Any]:
-    """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
-
-    Returns the snapshot (pinned to ``version``, default the latest now) and an open
-    handle to it for this process. Without ``storage_options`` the snapshot takes
-    those the handle was opened with (``handle_options``). A table on a LanceDB
-    server (``read/remote.py``) is pinned by its version on the server.
-    """
-    _mark_used()
-    if remote.is_remote(table):
-        if storage_options:
-            raise ValueError(
-                "storage_options= does not apply to a remote LanceDB table (its server reads the storage); "
-                "leave it out: the table's connection settings reach every process by themselves"
-            )
-        connection, handle = remote.open_remote(table, version=version, factory=connection_factory)
-        snapshot = Snapshot(connection.uri, handle.version, table_name=connection.name, remote=connection)
-        _remember(_key(snapshot), handle)
-        return snapshot, handle
-    table_name = None
-    if hasattr(table, "to_lance") and hasattr(table, "name"):
-        table_name = str(table.name)
-        dataset = table.to_lance()
-    elif hasattr(table, "get_fragments") and hasattr(table, "uri"):
-        dataset = table
-    elif isinstance(table, (str, os.PathLike)):
-        dataset = _open_dataset(os.fspath(table), None, storage_options)
-    elif isinstance(table, list | tuple | dict):
-        raise TypeError(
-            f"table must be one table, got a {type(table).__name__}; to mix several tables, build a "
-            "StreamingDataset for each and combine them with streaming.StreamingMixture"
-        )
-    else:
-        raise TypeError(
-            f"table must be a LanceDB table, a lance.LanceDataset or a URI string, got {type(table).__name__}"
-        )
-    uri = str(dataset.uri)
-    pinned = int(version) if version is not None else int(dataset.version)
-    if storage_options is None:
-        storage_options = handle_options(dataset)
-    snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
-    if int(dataset.version) != pinned:
-        dataset = open_snapshot(snapshot)
-    _remember(_key(snapshot), dataset)
-    return snapshot, dataset
-
-
-_LANCE_SET = ("user_agent",)
-"""Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
-
-
-def table_uri(table: Any) -> str:
-    """The URI of a LanceDB table, a ``lance.LanceDataset`` or a URI, without opening anything."""
-    if remote.is_remote(table):
-        return remote.remote_uri(table)
-    uri = getattr(table, "uri", None)
-    if isinstance(uri, str):
-        return uri
-    return os.fspath(table) if isinstance(table, (str, os.PathLike)) else ""
 
 
 def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
@@ -210,56 +85,6 @@ def _fixed_width(type_: pa.DataType) -> int | None:
     except ValueError:
         return None
     return max(1, bits * count // 8)
-
-
-def handle_options(dataset: Any) -> dict[str, str] | None:
-    """The storage options (credentials) a ``lance.LanceDataset`` was opened with.
-
-    A LanceDB connection's ``storage_options`` reach the datasets it opens, so a
-    table handle carries them too; every other process of the job then reopens the
-    snapshot with them, without the user passing them again.
-    """
-    options = getattr(dataset, "initial_storage_options", None)
-    if not options:
-        return None
-    chosen = {key: value for key, value in dict(options).items() if key not in _LANCE_SET}
-    return chosen or None
-
-
-def _key(snapshot: Snapshot) -> tuple[str, int, int]:
-    return (snapshot.uri, snapshot.version, os.getpid())
-
-
-def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Any:
-    """This process's handle to ``snapshot``, opened on first use.
-
-    With ``fresh`` the handle is reopened, which proves the version still exists.
-
-    Raises:
-        SnapshotGoneError: the version no longer exists.
-    """
-    key = _key(snapshot)
-    handle = None if fresh else _HANDLES.get(key)
-    if handle is None:
-        if snapshot.remote is not None:
-            _mark_used()
-            handle = remote.RemoteSnapshot(snapshot.remote, snapshot.version)
-        elif snapshot.connection_factory is not None and snapshot.table_name is not None:
-            _mark_used()
-            latest = snapshot.connection_factory(snapshot.table_name).to_lance()
-            handle = _open_dataset(str(latest.uri), snapshot.version, snapshot.storage_options)
-        else:
-            handle = _open_dataset(snapshot.uri, snapshot.version, snapshot.storage_options)
-        _remember(key, handle)
-    return handle
-
-
-def _remember(key: tuple[str, int, int], handle: Any) -> None:
-    """Cache a handle, keeping only the most recent few per process."""
-    _HANDLES.pop(key, None)
-    _HANDLES[key] = handle
-    while len(_HANDLES) > _MAX_HANDLES:
-        del _HANDLES[next(iter(_HANDLES))]
 
 
 def column_names(dataset: Any) -> list[str]:
@@ -339,7 +164,7 @@ def _map_filter_index(folder: str) -> FilterIndex:
 
 def build_filter_index(dataset: Any, predicate: str) -> FilterIndex:
     """Find the live offsets of every row matching ``predicate`` with one scan."""
-    _mark_used()
+    mark_used()
     try:
         matched = dataset.scanner(filter=predicate, columns=[], with_row_address=True).to_table()
     except Exception as error:  # Lance raises several types for a bad predicate
@@ -414,37 +239,3 @@ def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]], take_rows: int) -> lis
         for start in range(0, max(len(planned), 1), take_rows):
             result.append((fragment_id, planned[start : start + take_rows]))
     return result
-
-
-def tag_name(version: int) -> str:
-    """The Lance tag that protects ``version`` from cleanup."""
-    return f"lance-streaming-v{version}"
-
-
-def latest_version(snapshot: Snapshot) -> int:
-    """The newest version of the snapshot's table now."""
-    if snapshot.remote is not None:
-        return snapshot.remote.latest()
-    if snapshot.connection_factory is not None and snapshot.table_name is not None:
-        _mark_used()
-        return int(snapshot.connection_factory(snapshot.table_name).to_lance().version)
-    return int(_open_dataset(snapshot.uri, None, snapshot.storage_options).version)
-
-
-def protect(snapshot: Snapshot) -> str:
-    """Tag the snapshot's version so ``cleanup_old_versions`` keeps it; idempotent."""
-    dataset = open_snapshot(snapshot)
-    name = tag_name(snapshot.version)
-    if name not in dataset.tags.list():
-        dataset.tags.create(name, snapshot.version)
-    return name
-
-
-def release(snapshot: Snapshot) -> bool:
-    """Delete the snapshot's protecting tag; False when there was none."""
-    dataset = open_snapshot(snapshot)
-    name = tag_name(snapshot.version)
-    if name not in dataset.tags.list():
-        return False
-    dataset.tags.delete(name)
-    return True

@@ -1,4 +1,5 @@
-"""The state dict: its format (``format``: schema, parse, compatibility) and ``merge``.
+"""The state dict: its schema (``fields``), parse (``format``), compatibility (``compat``)
+and ``merge``.
 
 Pure: imports ``streaming.core`` and ``streaming.errors`` only, neither torch nor Lance.
 """

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..core.progress import SplitProgress
 from ..errors import TableMovedWarning, UnownedSplitsWarning
-from .format import StreamState, parse_state, plan_differences
+from .compat import plan_differences
+from .format import StreamState, parse_state
 
 __all__ = ["merge_states"]
 

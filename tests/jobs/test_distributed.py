@@ -19,6 +19,7 @@ from streaming import (
     save_state_dict,
 )
 
+import shm_watch
 from helpers import FailOnIds, ids_of, make_table
 from launching import NUM_SPLITS, delivered, ids, launch, planned
 
@@ -48,8 +49,9 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
 
 
 def slot_segments() -> set[str]:
-    """Names of ``streaming.loader.transfer`` segments in /dev/shm."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith("lsr")}
+    """Names of ``streaming.loader.transfer`` segments in /dev/shm this test run made
+    (another job's are not judged)."""
+    return shm_watch.ours({name for name in os.listdir("/dev/shm") if name.startswith("lsr")})
 
 
 def test_sigkill_then_resume_from_the_last_checkpoint(uri, tmp_path):

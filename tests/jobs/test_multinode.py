@@ -30,6 +30,7 @@ from benchmarks.harness.s3 import make_bucket, moto_server
 from streaming import StreamingDataset, TorchrunStoreWarning
 from streaming.dataset import torchrun
 
+import shm_watch
 from doc_examples import examples
 from helpers import ids_of, make_table, table_data
 from launching import PROCS
@@ -95,7 +96,8 @@ def job_processes(token: str) -> list[int]:
 
 
 def shm_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("lsr")}
+    """The loader's rings in /dev/shm that this test run made (another job's are not judged)."""
+    return shm_watch.ours({name for name in os.listdir("/dev/shm") if name.startswith("lsr")})
 
 
 def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: list[dict[str, str]], **args):

@@ -228,3 +228,22 @@ def test_too_few_rows_raise_at_first_use_not_when_the_dataset_is_built(tmp_path)
     for use in (lambda: len(dataset), lambda: next(iter(dataset)), dataset.state_dict):
         with pytest.raises(ValueError, match=r"5 rows to plan but num_splits=8; .*use num_splits <= 5"):
             use()
+
+
+def test_construction_warnings_point_at_the_callers_line(small_uri, tmp_path):
+    """A warning raised while a dataset is built names the line that built it (so a user's
+    ``filterwarnings`` by module, and the message's location, are theirs), through the
+    facade and its engine's builder."""
+    import lance
+
+    from streaming import CacheUnusedWarning, PackingEstimateWarning
+
+    tokens = str(tmp_path / "tokens.lance")
+    lance.write_dataset(pa.table({"tokens": pa.array([[3, 4, 5]] * 40, pa.list_(pa.int32()))}), tokens)
+    with pytest.warns(CacheUnusedWarning) as cache:
+        StreamingDataset(small_uri, cache_dir=str(tmp_path / "cache"))
+    with pytest.warns(PackingEstimateWarning) as packing:
+        StreamingDataset(
+            tokens, columns=["tokens"], pack_sequences=4, eos_id=1, pad_id=0, blocks_per_epoch="auto"
+        )
+    assert [record.filename for record in (*cache, *packing)] == [__file__] * 2

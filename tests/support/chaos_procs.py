@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import shm_watch
+
 LAUNCHER = Path(__file__).parents[1] / "procs" / "chaos_launch.py"
 SHM = Path("/dev/shm")
 
@@ -140,7 +142,7 @@ def shm_leftovers(before: set[str], pids: set[int]) -> tuple[list[str], list[str
     """New /dev/shm entries of these pids (torch_, lsr), and new unmapped ``sem.mp-*`` semaphores."""
     new = shm_entries() - before
     owned = [name for name in new if _owner(name) in pids]
-    semaphores = [name for name in new if name.startswith("sem.mp-")]
+    semaphores = [name for name in shm_watch.ours(new) if name.startswith("sem.mp-")]  # not another job's
     if semaphores:
         mapped = mapped_shm_inodes()
         semaphores = [name for name in semaphores if _inode(name) not in mapped | {None}]

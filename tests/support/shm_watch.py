@@ -119,6 +119,20 @@ def shm_leftovers(names: set[str], *, grace: float = GRACE_SECONDS) -> list[str]
     return left
 
 
+CURRENT: Run | None = None
+"""The run of this pytest process (``conftest.py`` sets it), for tests that check
+``/dev/shm`` themselves around a job they start."""
+
+
+def ours(names: set[str]) -> set[str]:
+    """Those of ``names`` this test run created (see the module docstring); outside a
+    pytest run (a chaos campaign started by hand), all of them."""
+    if CURRENT is None:
+        return set(names)
+    CURRENT.sample()
+    return {name for name in names if CURRENT.ours(name)}
+
+
 class Run:
     """The processes of this test run and the ``/dev/shm`` entries they created."""
 

@@ -1,0 +1,231 @@
+"""Snapshots and this process's Lance handles: opening a table, pinning a version.
+
+Lance handles never travel between processes. A ``Snapshot`` (URI, version,
+storage options) does, and every process opens its own handle from it, once
+(the few most recent are kept). A process forked from one that used Lance
+refuses to use it (``check_fork_safety``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SnapshotGoneError
+from . import remote
+
+__all__ = [
+    "Snapshot",
+    "check_fork_safety",
+    "handle_options",
+    "mark_used",
+    "open_dataset",
+    "open_snapshot",
+    "open_table",
+    "table_uri",
+]
+
+_MAX_HANDLES = 8
+_HANDLES: dict[tuple[str, int, int], Any] = {}
+_lance_used_in_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Where to find one version of a table; picklable, holds no handle.
+
+    ``storage_options`` (which may hold credentials) are kept out of ``repr`` and
+    out of every state dict.
+    """
+
+    uri: str
+    version: int
+    storage_options: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    table_name: str | None = field(default=None, compare=False)
+    connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
+    remote: remote.Connection | None = field(default=None, repr=False, compare=False)
+    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table."""
+
+    def at_version(self, version: int) -> Snapshot:
+        """The same table at another version."""
+        return Snapshot(
+            self.uri, version, self.storage_options, self.table_name, self.connection_factory, self.remote
+        )
+
+
+def check_fork_safety() -> None:
+    """Raise if this process was forked from one that had already used Lance.
+
+    Lance is not fork-safe: a forked child that touches it can crash or hang, even
+    with a handle of its own. Called before any Lance call in a worker.
+    """
+    if _lance_used_in_pid is not None and _lance_used_in_pid != os.getpid():
+        raise RuntimeError(
+            "this DataLoader worker was forked from a process that had already used "
+            "Lance, which is not fork-safe (the worker could hang or crash); use "
+            "streaming.StreamingDataLoader, or pass multiprocessing_context='forkserver' "
+            "(or 'spawn') to DataLoader"
+        )
+
+
+def mark_used() -> None:
+    """Note that this process has used Lance (``check_fork_safety`` reads it)."""
+    global _lance_used_in_pid
+    _lance_used_in_pid = os.getpid()
+
+
+def open_dataset(uri: str, version: int | None, storage_options: Mapping[str, str] | None) -> Any:
+    """A new handle to ``uri`` at ``version`` (the latest when None).
+
+    Raises:
+        SnapshotGoneError: ``version`` no longer exists.
+    """
+    import lance
+
+    mark_used()
+    options = dict(storage_options) if storage_options else None
+    try:
+        return lance.dataset(uri, version=version, storage_options=options)
+    except ValueError as error:
+        if version is not None and "not found" in str(error).lower():
+            raise SnapshotGoneError(
+                f"version {version} of table {uri!r} no longer exists (it was cleaned up "
+                "or the table was recreated), so this checkpoint cannot be resumed "
+                "exactly; build datasets with tag_snapshot=True (or tag a version yourself: "
+                "lance.dataset(uri).tags.create(name, version)) to keep the versions you may "
+                "resume from when old versions are cleaned up"
+            ) from None
+        raise
+
+
+def open_table(
+    table: Any,
+    *,
+    version: int | None,
+    storage_options: Mapping[str, str] | None,
+    connection_factory: Callable[[str], Any] | None = None,
+) -> tuple[Snapshot, Any]:
+    """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
+
+    Returns the snapshot (pinned to ``version``, default the latest now) and an open
+    handle to it for this process. Without ``storage_options`` the snapshot takes
+    those the handle was opened with (``handle_options``). A table on a LanceDB
+    server (``read/remote.py``) is pinned by its version on the server.
+    """
+    mark_used()
+    if remote.is_remote(table):
+        return _open_remote(table, version=version, options=storage_options, factory=connection_factory)
+    table_name = str(table.name) if hasattr(table, "to_lance") and hasattr(table, "name") else None
+    dataset = _as_dataset(table, storage_options=storage_options)
+    uri = str(dataset.uri)
+    pinned = int(version) if version is not None else int(dataset.version)
+    if storage_options is None:
+        storage_options = handle_options(dataset)
+    snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
+    if int(dataset.version) != pinned:
+        dataset = open_snapshot(snapshot)
+    _remember(_key(snapshot), dataset)
+    return snapshot, dataset
+
+
+def _open_remote(
+    table: Any,
+    *,
+    version: int | None,
+    options: Mapping[str, str] | None,
+    factory: Callable[[str], Any] | None,
+) -> tuple[Snapshot, Any]:
+    """``open_table`` for a table on a LanceDB server, pinned by its version there."""
+    if options:
+        raise ValueError(
+            "storage_options= does not apply to a remote LanceDB table (its server reads the storage); "
+            "leave it out: the table's connection settings reach every process by themselves"
+        )
+    connection, handle = remote.open_remote(table, version=version, factory=factory)
+    snapshot = Snapshot(connection.uri, handle.version, table_name=connection.name, remote=connection)
+    _remember(_key(snapshot), handle)
+    return snapshot, handle
+
+
+def _as_dataset(table: Any, *, storage_options: Mapping[str, str] | None) -> Any:
+    """A ``lance.LanceDataset`` for a LanceDB table, a dataset or a URI (at its latest version)."""
+    if hasattr(table, "to_lance") and hasattr(table, "name"):
+        return table.to_lance()
+    if hasattr(table, "get_fragments") and hasattr(table, "uri"):
+        return table
+    if isinstance(table, (str, os.PathLike)):
+        return open_dataset(os.fspath(table), None, storage_options)
+    if isinstance(table, list | tuple | dict):
+        raise TypeError(
+            f"table must be one table, got a {type(table).__name__}; to mix several tables, build a "
+            "StreamingDataset for each and combine them with streaming.StreamingMixture"
+        )
+    raise TypeError(
+        f"table must be a LanceDB table, a lance.LanceDataset or a URI string, got {type(table).__name__}"
+    )
+
+
+_LANCE_SET = ("user_agent",)
+"""Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
+
+
+def table_uri(table: Any) -> str:
+    """The URI of a LanceDB table, a ``lance.LanceDataset`` or a URI, without opening anything."""
+    if remote.is_remote(table):
+        return remote.remote_uri(table)
+    uri = getattr(table, "uri", None)
+    if isinstance(uri, str):
+        return uri
+    return os.fspath(table) if isinstance(table, (str, os.PathLike)) else ""
+
+
+def handle_options(dataset: Any) -> dict[str, str] | None:
+    """The storage options (credentials) a ``lance.LanceDataset`` was opened with.
+
+    A LanceDB connection's ``storage_options`` reach the datasets it opens, so a
+    table handle carries them too; every other process of the job then reopens the
+    snapshot with them, without the user passing them again.
+    """
+    options = getattr(dataset, "initial_storage_options", None)
+    if not options:
+        return None
+    chosen = {key: value for key, value in dict(options).items() if key not in _LANCE_SET}
+    return chosen or None
+
+
+def _key(snapshot: Snapshot) -> tuple[str, int, int]:
+    return (snapshot.uri, snapshot.version, os.getpid())
+
+
+def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Any:
+    """This process's handle to ``snapshot``, opened on first use.
+
+    With ``fresh`` the handle is reopened, which proves the version still exists.
+
+    Raises:
+        SnapshotGoneError: the version no longer exists.
+    """
+    key = _key(snapshot)
+    handle = None if fresh else _HANDLES.get(key)
+    if handle is None:
+        if snapshot.remote is not None:
+            mark_used()
+            handle = remote.RemoteSnapshot(snapshot.remote, snapshot.version)
+        elif snapshot.connection_factory is not None and snapshot.table_name is not None:
+            mark_used()
+            latest = snapshot.connection_factory(snapshot.table_name).to_lance()
+            handle = open_dataset(str(latest.uri), snapshot.version, snapshot.storage_options)
+        else:
+            handle = open_dataset(snapshot.uri, snapshot.version, snapshot.storage_options)
+        _remember(key, handle)
+    return handle
+
+
+def _remember(key: tuple[str, int, int], handle: Any) -> None:
+    """Cache a handle, keeping only the most recent few per process."""
+    _HANDLES.pop(key, None)
+    _HANDLES[key] = handle
+    while len(_HANDLES) > _MAX_HANDLES:
+        del _HANDLES[next(iter(_HANDLES))]
