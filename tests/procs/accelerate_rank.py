@@ -51,6 +51,8 @@ def main() -> None:
     train(accelerator, model, optimizer, batches, seen)
     report["seen"] = seen
     (args.out / f"{args.rank}.json").write_text(json.dumps(report))
+    if torch.distributed.is_initialized():  # its gloo threads stop before the interpreter exits
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

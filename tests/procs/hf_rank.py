@@ -34,6 +34,10 @@ def main() -> None:
     make(model=resumed, args=arguments(folder, **options)).train(resume_from_checkpoint=True)
     for run, model in (("first", crashed), ("second", resumed)):
         (args.out / f"{run}-{args.rank}.json").write_text(json.dumps(model.seen))
+    import torch.distributed as dist
+
+    if dist.is_initialized():  # the Trainer formed it; its gloo threads must stop before the
+        dist.destroy_process_group()  # interpreter exits, or C++ aborts the process at exit
 
 
 if __name__ == "__main__":
