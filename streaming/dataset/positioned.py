@@ -180,19 +180,7 @@ class Positioned:
         return self._state_of(self._ledger.cursor.progress())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from ``state``: pins its snapshot and adopts its epoch and counts.
-
-        The whole state is validated first; a refused state leaves the dataset as
-        it was.
-
-        Raises:
-            ValueError: malformed state, unknown format, peer checkpoint, or any plan
-                input that differs from this dataset's (the message names the
-                field, both values and the fix).
-            SnapshotGoneError: the pinned version no longer exists.
-            RuntimeError: an evaluation dataset, or an iterator of this dataset has
-                not finished and is still held (close it or drop it first).
-        """
+        """``StreamingDataset.load_state_dict`` (its docstring says what is checked)."""
         self._refuse_evaluation("load_state_dict")
         self._lifecycle.refuse_started("load_state_dict")
         view, progress = self.check_load(state)

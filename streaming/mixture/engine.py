@@ -250,12 +250,7 @@ class MixtureEngine:
         self._worker_counters[(report.pid, report.worker)] = report.counters
 
     def stats(self) -> dict[str, float]:
-        """Read counters of this rank since the mixture was built, summed over its sources
-        and the DataLoader workers whose shares reached the trainer (as of their latest
-        delivered batch): the totals of ``StreamingDataset.stats()`` (``rows_read``,
-        ``bytes_read``, ...), growing across epochs alike for k=0, workers started per
-        epoch and persistent workers; plus ``step``, the batches of this mixture epoch
-        delivered (0 again in each epoch). Cheap: counters only."""
+        """``StreamingMixture.stats`` (its docstring says what each entry counts)."""
         parts = [data.counters.as_dict() for data in self.sources.values()]
         return {"step": self.position.step, **stats.total([*parts, *self._worker_counters.values()])}
 
