@@ -9,21 +9,14 @@ its batches, the splits its own state owns and those of the saved file to
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import Any
 
 import rank
 
 
-def parse() -> argparse.Namespace:
-    parser = rank.parser()
-    parser.add_argument("--uri", required=True)
-    return parser.parse_args()
-
-
 def main() -> None:
-    args = parse()
+    args = rank.parse_with_uri()
     # what `accelerate launch --multi_gpu --num_processes 2` sets on a machine without GPUs
     rank.as_torchrun(args)
     import torch

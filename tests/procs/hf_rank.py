@@ -7,21 +7,14 @@ of the batches each run trained to ``OUT/<run>-<rank>.json``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 
 import rank
 
 
-def parse() -> argparse.Namespace:
-    parser = rank.parser()
-    parser.add_argument("--uri", required=True)
-    return parser.parse_args()
-
-
 def main() -> None:
-    args = parse()
+    args = rank.parse_with_uri()
     # what torchrun sets; the Trainer (through Accelerate) forms the gloo group from it
     rank.as_torchrun(args)
     from hf_training import Crash, CrashAfter, Recorder, arguments, trainer_class

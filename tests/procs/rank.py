@@ -30,6 +30,14 @@ def parser(*, alone: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def parse_with_uri() -> argparse.Namespace:
+    """The common flags plus ``--uri`` (the table), parsed: what a rank that builds its
+    own loader over one table takes (the Accelerate and Hugging Face scripts)."""
+    flags = parser()
+    flags.add_argument("--uri", required=True)
+    return flags.parse_args()
+
+
 def join(args: argparse.Namespace, *, timeout_s: float = 60) -> None:
     """Form the gloo group of ``args.world_size`` ranks at ``127.0.0.1:args.port`` as rank
     ``args.rank``; collectives wait at most ``timeout_s`` seconds."""
