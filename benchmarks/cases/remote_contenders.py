@@ -77,6 +77,14 @@ def ours_remote(where: Where) -> Iterator[Any]:
     return _ours(where, storage_profile="remote")
 
 
+def ours_remote_k2(where: Where) -> Iterator[Any]:
+    """Ours with the URI's defaults and two worker processes (k=2)."""
+    from streaming import StreamingDataLoader, StreamingDataset
+
+    dataset = StreamingDataset(where.uri, storage_options=where.options, num_splits=NUM_SPLITS)
+    return iter(StreamingDataLoader(dataset, batch_size=BATCH_SIZE, num_workers=2))
+
+
 def ours_point(block_rows: int, buffer_rows: int) -> Callable[[Where], Iterator[Any]]:
     """Ours with ``block_rows`` and ``shuffle_buffer_size`` set (a frontier point)."""
     return lambda where: _ours(where, block_rows=block_rows, shuffle_buffer_size=buffer_rows)
@@ -116,6 +124,7 @@ FIXED: dict[str, tuple[str, Callable[[Where], Iterator[Any]]]] = {
     "raw_scan": ("raw Lance scan (to_batches), unshuffled", raw_scan),
     "ours_local": ('ours, storage_profile="local" (the local defaults)', ours_local),
     "ours_remote": ('ours, storage_profile="remote"', ours_remote),
+    "ours_remote_k2": ("ours, the URI's defaults, k=2 (two worker processes)", ours_remote_k2),
     "peer": ("peer StreamingDataLoader(256), k=0", peer),
     "lance_fragments": ("lance.torch ShardedFragmentSampler(randomize=True)", lance_fragments),
     "lance_batches": ("lance.torch ShardedBatchSampler(randomize=True)", lance_batches),

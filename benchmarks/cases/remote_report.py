@@ -98,37 +98,96 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "**FAIL**"
 
 
+def _median(values: list[float]) -> float:
+    values = sorted(value for value in values if not math.isnan(value))
+    return values[len(values) // 2] if values else math.nan
+
+
+def _first_s(result: Any) -> float:
+    """The median first-batch seconds over the runs."""
+    return _median([run.get("first_s", math.nan) for run in result.runs])
+
+
+def _requests_per_1k(result: Any) -> float:
+    """The median of each run's relayed requests per 1,000 rows delivered."""
+    return _median([run["requests"] * 1000 / run["rows"] for run in result.runs if run.get("rows")])
+
+
 def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
     by = {(r.setting, r.key): r for r in found["results"] if r.rows == rows}
     mixes = found["mixing"]
-    remote = _figures(by[(delay, "ours_remote")], mixes["ours_remote"])
-    scan = _figures(by[(delay, "raw_scan")], None)
-    local = {key: by[("local", key)].rate for key in ("raw_scan", "ours_local", "ours_remote", "peer")}
-    rate, requests = remote["rate"] / scan["rate"], remote["requests"] / scan["requests"]
-    mixing_ok = remote["mix_large"] >= 0.6 and remote["mix_small"] >= 0.8
-    return [
-        f"- {rows:,} rows at {delay}: the remote profile reads {rate:.2f}x the raw scan's rows/s (>= 0.5x): "
-        f"{_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows (<= 5x): "
-        f"{_verdict(requests <= 5)}; mixes {remote['mix_large']:.2f} (2M, >= 0.6) and "
-        f"{remote['mix_small']:.2f} (40k, >= 0.8): {_verdict(mixing_ok)}; "
-        f"peak RSS {remote['rss']:,.0f} MiB (< 1,024): {_verdict(remote['rss'] < 1024)}.",
-        f"- {rows:,} rows locally: the local defaults read "
-        f"{local['ours_local'] / local['raw_scan']:.2f}x the raw scan (>= 0.24x): "
-        f"{_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
-        f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
-        f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
-        f"{local['ours_remote'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
-        f"{_verdict(local['ours_remote'] >= 0.8 * local['ours_local'])}.",
-    ]
+    lines = []
+    if (delay, "ours_remote") in by and (delay, "raw_scan") in by:
+        remote = _figures(by[(delay, "ours_remote")], mixes.get("ours_remote"))
+        scan = _figures(by[(delay, "raw_scan")], None)
+        rate, requests = remote["rate"] / scan["rate"], remote["requests"] / scan["requests"]
+        mixing_ok = remote["mix_large"] >= 0.6 and remote["mix_small"] >= 0.8
+        mixed = (
+            f"; mixes {remote['mix_large']:.2f} (2M, >= 0.6) and {remote['mix_small']:.2f} (40k, >= 0.8): "
+            f"{_verdict(mixing_ok)}"
+            if mixes
+            else ""
+        )
+        lines.append(
+            f"- {rows:,} rows at {delay}: the remote profile reads {rate:.2f}x the raw scan's rows/s "
+            f"(>= 0.5x): {_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows "
+            f"(<= 5x): {_verdict(requests <= 5)}{mixed}; peak RSS {remote['rss']:,.0f} MiB (< 1,024): "
+            f"{_verdict(remote['rss'] < 1024)}."
+        )
+    keys = ("raw_scan", "ours_local", "ours_remote", "peer")
+    if all(("local", key) in by for key in keys):
+        local = {key: by[("local", key)].rate for key in keys}
+        lines.append(
+            f"- {rows:,} rows locally: the local defaults read "
+            f"{local['ours_local'] / local['raw_scan']:.2f}x the raw scan (>= 0.24x): "
+            f"{_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
+            f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
+            f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
+            f"{local['ours_remote'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
+            f"{_verdict(local['ours_remote'] >= 0.8 * local['ours_local'])}."
+        )
+    return lines
+
+
+def bucket_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
+    """Issue 36's object-storage lines at ``delay`` on the table of ``rows`` rows: k=0 rows/s
+    and first batch against the raw scan, k=2 requests against k=0 (medians over the runs)."""
+    by = {r.key: r for r in found["results"] if (r.setting, r.rows) == (delay, rows)}
+    scan, ours, k2 = by.get("raw_scan"), by.get("ours_remote"), by.get("ours_remote_k2")
+    lines = []
+    if scan is not None and ours is not None:
+        rate = ours.rate / scan.rate if scan.rate else math.nan
+        first, scan_first = _first_s(ours), _first_s(scan)
+        lines.append(
+            f"- {rows:,} rows at {delay}, k=0: {rate:.2f}x the raw scan's rows/s "
+            f"({ours.rate:,.0f} against {scan.rate:,.0f}; >= 0.5x): {_verdict(rate >= 0.5)}."
+        )
+        lines.append(
+            f"- {rows:,} rows at {delay}, k=0: first batch after {first:.2f} s, {first / scan_first:.2f}x "
+            f"the raw scan's {scan_first:.2f} s (<= 2x): {_verdict(first <= 2 * scan_first)}."
+        )
+    if ours is not None and k2 is not None:
+        zero, two = _requests_per_1k(ours), _requests_per_1k(k2)
+        lines.append(
+            f"- {rows:,} rows at {delay}: k=2 makes {two:.2f} requests per 1,000 rows, {two / zero:.2f}x "
+            f"k=0's {zero:.2f} (<= 1.2x): {_verdict(two <= 1.2 * zero)}; k=2 reads "
+            f"{k2.rate / ours.rate:.2f}x k=0's rows/s."
+        )
+    return lines
 
 
 def _targets(found: dict[str, Any], delay: str, sizes: list[int]) -> list[str]:
     lines = [line for rows in sizes for line in _size_targets(found, delay, rows)]
+    lines += [line for rows in sizes for line in bucket_targets(found, delay, rows)]
     by = {(r.setting, r.key): r for r in found["results"] if r.rows == sizes[-1]}
     mixes = found["mixing"]
+    if not found["frontier"] or not mixes:
+        return lines
     ours = [_figures(r, mixes.get(r.key)) for r in found["frontier"]]
     ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_remote")]
     for key in SHUFFLED:
+        if (delay, key) not in by:
+            continue
         other = _figures(by[(delay, key)], mixes[key])
         better = [
             f

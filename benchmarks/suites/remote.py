@@ -38,7 +38,7 @@ from benchmarks.harness import sections
 from benchmarks.harness.s3 import Store, running_store
 from benchmarks.suites import remote_cache
 
-MAIN = ("raw_scan", "ours_local", "ours_remote")
+MAIN = ("raw_scan", "ours_local", "ours_remote", "ours_remote_k2")
 """Contenders measured ``--repeats`` times (median); the others once."""
 SLOW_REMOTE = ("ours_local", "peer")
 """Contenders that take minutes for a pass of a remote table: once, under ``--slow-cap``."""
@@ -94,6 +94,7 @@ def measure(
         result.runs.append(_probe(key, where, cap_s))
         if store is not None:
             result.relay = store.stats()
+            result.runs[-1]["requests"] = result.relay.get("requests", 0)
         print(f"  {setting} {key:<22} {result.runs[-1]}", file=sys.stderr, flush=True)
     return result
 
@@ -108,7 +109,7 @@ def _contenders(
             store.set_delay(delay)
         setting = ("local" if delay is None else f"{delay:g} ms", rows)
         where, relay = (local, None) if delay is None else (remote, store)
-        for key in FIXED:
+        for key in [key for key in FIXED if key in args.contenders or key == "raw_scan"]:
             slow = key in SLOW_REMOTE and delay is not None
             repeats = args.repeats if key in MAIN and not slow else 1
             cap = args.slow_cap if slow else args.peer_cap if key == "peer" else args.cap
@@ -134,11 +135,13 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     store.set_delay(args.delays[-1])
     frontier = [
         measure(f"ours:{block}:{buffer}", setting, remote, store, repeats=1, cap_s=args.cap)
-        for block in args.blocks
+        for block in ([] if args.no_frontier else args.blocks)
         for buffer in args.buffers
     ]
-    sorted_tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
-    mixes = _mixing(sorted_tables, args)
+    mixes: dict[str, dict[str, float]] = {}
+    if not args.no_mixing:
+        sorted_tables = mixing.write_sorted(os.path.join(folder, "sorted"), large_rows=args.mixing_rows)
+        mixes = _mixing(sorted_tables, args)
     return {"results": results, "frontier": frontier, "mixing": mixes, "cache": cache}
 
 
@@ -192,6 +195,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-cache", action="store_true", help="skip the local cache's runs (the remote_cache suite)"
     )
+    parser.add_argument(
+        "--contenders",
+        nargs="+",
+        choices=list(FIXED),
+        default=list(FIXED),
+        help="only these contenders and the raw scan (default: all)",
+    )
+    parser.add_argument("--no-frontier", action="store_true", help="skip the frontier's points")
+    parser.add_argument("--no-mixing", action="store_true", help="skip the mixing measurements")
     return parser.parse_args(argv)
 
 

@@ -33,6 +33,11 @@ BLOCK_BYTES = 2 << 20
 """The remote profile's block is the largest power of two of rows up to this many bytes."""
 BLOB_BUFFER_BYTES = 512 << 20
 """A table with blob columns gets a shuffle buffer of at most about this many bytes of rows."""
+TAKE_BLOCKS = 2
+"""The remote profile's takes read this many blocks' rows each (2 to 4 MiB): enough per
+request for the store, and small enough that the k worker processes of a loader, each
+reading only its own splits' rows of a fragment, make about as many requests as one
+process reading them all (each process fetches a file's metadata once)."""
 BLOCK_ROWS_RANGE = (16, 8_192)
 """... within these bounds (narrow rows do not make blocks of millions of rows)."""
 BLOCKS_PER_BUFFER = 128
@@ -54,10 +59,16 @@ class Profile:
     min_io_threads: int = 1
     """Read threads at least (``io_queue_depth`` threads read windows, as many take)."""
     take_rows: int = 8_192
-    """Offsets per Lance take: a fragment's part of a window is cut into takes of this
-    many, run in parallel, so reads of few, big local fragments still use every read
-    thread (0: one take per fragment, which Lance splits into requests itself;
-    concurrent takes of one remote file would each fetch its metadata)."""
+    """Offsets per Lance take: a fragment's part of a window is cut into takes of about
+    equal size, at most this many offsets each, run in parallel, so reads of few, big
+    fragments still use every read thread (0: one take per fragment, which Lance
+    splits into requests itself)."""
+    take_blocks: int = 0
+    """When set, ``sized`` makes ``take_rows`` this many of its blocks (a take's bytes
+    follow the block's, whatever the rows hold)."""
+    first_take_alone: bool = False
+    """Start a fragment's other takes of a read once its first is done, so a remote
+    file's metadata is fetched once per process, not once per concurrent take."""
     schemes: tuple[str, ...] = ()
     """URI schemes ``storage_profile="auto"`` picks this profile for."""
     block_bytes: int | None = None
@@ -74,7 +85,9 @@ PROFILES = {
             block_rows=2_048,
             shuffle_buffer_size=262_144,
             min_io_threads=16,
-            take_rows=0,
+            take_rows=2_048 * TAKE_BLOCKS,
+            take_blocks=TAKE_BLOCKS,
+            first_take_alone=True,
             schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
             block_bytes=BLOCK_BYTES,
         ),
@@ -145,15 +158,22 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     is the largest power of two of rows within ``block_bytes`` (clamped to
     ``BLOCK_ROWS_RANGE``) and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read
     request carries one to two megabytes and a window draws from 128 blocks whatever
-    the rows hold. Without a size (``None``) the profile is returned as it is (the
-    remote numbers suit rows of about 0.5 to 1 KiB).
+    the rows hold; a profile with ``take_blocks`` takes that many blocks' rows at a
+    time (an I/O setting: the order does not depend on it). Without
+    a size (``None``) the profile is returned as it is (the remote numbers suit rows
+    of about 0.5 to 1 KiB).
     """
     if profile.block_bytes is None or row_bytes is None or row_bytes <= 0:
         return profile
     low, high = BLOCK_ROWS_RANGE
     fit = max(1, int(profile.block_bytes // row_bytes))
     block = min(high, max(low, 1 << (fit.bit_length() - 1)))
-    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)
+    return dataclasses.replace(
+        profile,
+        block_rows=block,
+        shuffle_buffer_size=block * BLOCKS_PER_BUFFER,
+        take_rows=block * profile.take_blocks if profile.take_blocks else profile.take_rows,
+    )
 
 
 def sized_for_blobs(profile: Profile, row_bytes: float) -> Profile:

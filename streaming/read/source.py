@@ -8,11 +8,12 @@ package asks this module what it asks of Lance.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Any
 
 import numpy as np
@@ -203,15 +204,18 @@ def read_rows(
     filter_index: FilterIndex | None,
     executor: Executor | None = None,
     take_rows: int = PROFILES["local"].take_rows,
+    first_take_alone: bool = False,
 ) -> pa.Table:
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
     One ``take`` per fragment (Lance reads runs of consecutive offsets as ranges).
     With ``executor`` pieces longer than ``take_rows`` offsets (unless 0) are cut
-    into consecutive parts, one take each, and the takes run on its threads,
-    several at once: a take releases the GIL while Lance reads, so they overlap
-    each other and the trainer. Either way the rows come back in the order of
-    ``pieces``.
+    into consecutive parts of about equal size, one take each, and the takes run on
+    its threads, several at once: a take releases the GIL while Lance reads, so they
+    overlap each other and the trainer. With ``first_take_alone`` the other takes of
+    a fragment start once its first one is done, so its file's metadata is fetched
+    once (concurrent takes of an unread remote file would each fetch it). Either
+    way the rows come back in the order of ``pieces``.
     """
     names = list(columns)
 
@@ -223,6 +227,8 @@ def read_rows(
 
     if executor is None:
         tables = [take(piece) for piece in pieces]
+    elif first_take_alone:
+        tables = _take_first_alone(executor, take, _cut_pieces(pieces, take_rows))
     else:
         tables = list(executor.map(take, _cut_pieces(pieces, take_rows)))
     if len(tables) == 1:
@@ -230,12 +236,42 @@ def read_rows(
     return pa.concat_tables(tables)
 
 
+def _take_first_alone(
+    executor: Executor,
+    take: Callable[[tuple[int, np.ndarray]], pa.Table],
+    parts: list[tuple[int, np.ndarray]],
+) -> list[pa.Table]:
+    """``take`` of every part on ``executor``, in order; a fragment's later parts are
+    submitted when its first one is done (every fragment's first ones at once)."""
+    groups: dict[int, list[int]] = {}
+    for index, (fragment_id, _) in enumerate(parts):
+        groups.setdefault(fragment_id, []).append(index)
+    futures: dict[int, Future[pa.Table]] = {}
+    waiting = {executor.submit(take, parts[indices[0]]): indices for indices in groups.values()}
+    try:
+        while waiting:
+            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
+            for future in done:
+                indices = waiting.pop(future)
+                future.result()  # a failed first take raises here, before its fragment reads on
+                futures[indices[0]] = future
+                for index in indices[1:]:
+                    futures[index] = executor.submit(take, parts[index])
+        return [futures[index].result() for index in range(len(parts))]
+    finally:
+        for future in [*waiting, *futures.values()]:
+            future.cancel()
+
+
 def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]], take_rows: int) -> list[tuple[int, np.ndarray]]:
-    """``pieces`` with any longer than ``take_rows`` offsets cut into consecutive parts."""
+    """``pieces`` with any longer than ``take_rows`` offsets cut into consecutive parts
+    of about equal size (no short tail take), none longer than ``take_rows``."""
     if take_rows <= 0:
         return list(pieces)
     result = []
     for fragment_id, planned in pieces:
-        for start in range(0, max(len(planned), 1), take_rows):
-            result.append((fragment_id, planned[start : start + take_rows]))
+        parts = max(1, -(-len(planned) // take_rows))
+        bounds = np.linspace(0, len(planned), parts + 1).round().astype(np.int64).tolist()
+        for start, stop in itertools.pairwise(bounds):
+            result.append((fragment_id, planned[start:stop]))
     return result
