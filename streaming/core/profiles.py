@@ -33,11 +33,6 @@ BLOCK_BYTES = 2 << 20
 """The remote profile's block is the largest power of two of rows up to this many bytes."""
 BLOB_BUFFER_BYTES = 512 << 20
 """A table with blob columns gets a shuffle buffer of at most about this many bytes of rows."""
-TAKE_BLOCKS = 2
-"""The remote profile's takes read this many blocks' rows each (2 to 4 MiB): enough per
-request for the store, and small enough that the k worker processes of a loader, each
-reading only its own splits' rows of a fragment, make about as many requests as one
-process reading them all (each process fetches a file's metadata once)."""
 BLOCK_ROWS_RANGE = (16, 8_192)
 """... within these bounds (narrow rows do not make blocks of millions of rows)."""
 BLOCKS_PER_BUFFER = 128
@@ -65,7 +60,9 @@ class Profile:
     splits into requests itself)."""
     take_blocks: int = 0
     """When set, ``sized`` makes ``take_rows`` this many of its blocks (a take's bytes
-    follow the block's, whatever the rows hold)."""
+    follow the block's, whatever the rows hold). No profile sets it: two blocks per
+    take brought k=2's requests per row to 1.06x k=0's, but halved k=0's rows/s on a
+    1M-row table at 25 ms a request (docs/benchmarks.md)."""
     first_take_alone: bool = False
     """Start a fragment's other takes of a read once its first is done, so a remote
     file's metadata is fetched once per process, not once per concurrent take."""
@@ -85,8 +82,7 @@ PROFILES = {
             block_rows=2_048,
             shuffle_buffer_size=262_144,
             min_io_threads=16,
-            take_rows=2_048 * TAKE_BLOCKS,
-            take_blocks=TAKE_BLOCKS,
+            take_rows=0,
             first_take_alone=True,
             schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
             block_bytes=BLOCK_BYTES,
