@@ -19,6 +19,7 @@ NAMES = (
     "workerpath",
     "remote",
     "remote-cache",
+    "remote-first-batch",
     "remote-table",
     "gpu",
     "blobs",

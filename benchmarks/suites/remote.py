@@ -1,6 +1,8 @@
 """Object storage, side by side, with a per-request delay: every contender, the frontier, mixing.
 
     python -m benchmarks remote [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
+    python -m benchmarks remote --rows 200000 --delays 25 --contenders ours_remote ours_remote_k2 \
+        --no-frontier --no-mixing     # issue 36's object-storage lines only (a few minutes)
 
 Starts moto's S3 server and a delaying relay (``benchmarks.harness.relay``), each in a
 process of its own, writes tables of ``--rows`` rows x (id int64, label int32,
@@ -12,7 +14,9 @@ shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay, on the
 largest table. Then the local cache (the ``remote_cache`` suite: two epochs with and
 without ``cache_dir``, section ``remote-cache``) at the last delay. Mixing comes
 from ``benchmarks.cases.remote_mixing`` (local label-sorted tables). The section
-``remote`` of ``--out`` is replaced.
+``remote`` of ``--out`` is replaced. Its targets include issue 36's lines: k=0
+rows/s and first batch against the raw scan, and k=2's requests per 1,000 rows
+against k=0's (``ours_remote_k2``: the URI's defaults with two worker processes).
 
 The default sizes are the issue's table (200,000 rows, smaller than the remote
 profile's shuffle buffer, so one window holds all of it) and one five times as

@@ -7,7 +7,8 @@ For each table size: ours with the remote profile (k=0, batches of 256) reads tw
 epochs in one fresh process through the relay, without the cache and with an empty
 one; then a second process reads an epoch over the warm cache (another run on the
 machine); and the same two epochs from the table's copy on local disk, the same
-plan (the reference the cache's second epoch is held to). Each epoch's rows/s
+plan (the reference the cache's second epoch is held to by issue 28) and the
+local copy's default settings (the local profile: issue 36's reference). Each epoch's rows/s
 covers its whole pass (the first includes construction); the relay's requests are
 counted per epoch. The section ``remote-cache`` of ``--out`` is replaced.
 """
