@@ -83,7 +83,6 @@ PROFILES = {
             shuffle_buffer_size=262_144,
             min_io_threads=16,
             take_rows=0,
-            first_take_alone=True,
             schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
             block_bytes=BLOCK_BYTES,
         ),

@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
@@ -241,25 +241,24 @@ def _take_first_alone(
     take: Callable[[tuple[int, np.ndarray]], pa.Table],
     parts: list[tuple[int, np.ndarray]],
 ) -> list[pa.Table]:
-    """``take`` of every part on ``executor``, in order; a fragment's later parts are
-    submitted when its first one is done (every fragment's first ones at once)."""
+    """``take`` of every part on ``executor``, in order: every fragment's first part at
+    once, a fragment's later parts once its first one is done (fragment by fragment).
+
+    Waits with ``Future.result`` only, which a pool shut down with ``cancel_futures``
+    wakes (``concurrent.futures.wait`` is not woken by such a cancel and would hang).
+    """
     groups: dict[int, list[int]] = {}
     for index, (fragment_id, _) in enumerate(parts):
         groups.setdefault(fragment_id, []).append(index)
-    futures: dict[int, Future[pa.Table]] = {}
-    waiting = {executor.submit(take, parts[indices[0]]): indices for indices in groups.values()}
+    futures = {indices[0]: executor.submit(take, parts[indices[0]]) for indices in groups.values()}
     try:
-        while waiting:
-            done, _ = wait(waiting, return_when=FIRST_COMPLETED)
-            for future in done:
-                indices = waiting.pop(future)
-                future.result()  # a failed first take raises here, before its fragment reads on
-                futures[indices[0]] = future
-                for index in indices[1:]:
-                    futures[index] = executor.submit(take, parts[index])
+        for indices in groups.values():
+            futures[indices[0]].result()  # a failed first take raises here
+            for index in indices[1:]:
+                futures[index] = executor.submit(take, parts[index])
         return [futures[index].result() for index in range(len(parts))]
     finally:
-        for future in [*waiting, *futures.values()]:
+        for future in futures.values():
             future.cancel()
 
 

@@ -134,6 +134,24 @@ def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path
     )
 
 
+def test_a_read_on_a_pool_shut_down_raises_instead_of_waiting(tmp_path):
+    uri = make_table(tmp_path / "t.lance", [300, 260], deleted=[])
+    dataset = lance.dataset(uri)
+    pieces = [(fragment, np.arange(count)) for fragment, count in zip(*source.fragment_rows(dataset))]
+    executor = ThreadPoolExecutor(2)
+    executor.shutdown(cancel_futures=True)
+    with pytest.raises(RuntimeError, match="shutdown"):
+        source.read_rows(
+            dataset,
+            pieces,
+            columns=["id"],
+            filter_index=None,
+            executor=executor,
+            take_rows=64,
+            first_take_alone=True,
+        )
+
+
 def test_loader_batches_equal_default_collate_when_splits_are_at_different_windows(tmp_path):
     """After a lagged resume the splits' windows come from different reads (the slow path)."""
     uri = make_table(tmp_path / "t.lance", [40, 33, 50], deleted=[7, 90])
