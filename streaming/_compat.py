@@ -26,6 +26,7 @@ __all__ = [
     "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
+    "profiler_enabled",
     "queue_semaphores",
     "sender",
     "shared_memory_fd",
@@ -43,6 +44,15 @@ def pin_memory(data: Any, device: str | None = None) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory as pin
 
     return pin(data, device)  # type: ignore[no-untyped-call]
+
+
+def profiler_enabled() -> bool:
+    """``torch.autograd._profiler_enabled``: whether a torch profiler records now. The
+    loader's plain path (``num_workers=0``) labels each ``next()`` as torch's iterator
+    does only then, since the label costs about as much as the batch when nobody records."""
+    from torch._C._autograd import _profiler_enabled
+
+    return bool(_profiler_enabled())
 
 
 def shutdown_workers(iterator: Any) -> None:
