@@ -146,7 +146,7 @@ def report(runs: dict[str, list[Run]], stages: dict[str, float], rows: int, repe
     facts = machine_facts()
     _, _, ratio, passed = verdict(runs)
     lines = [
-        "## The plain path (k=0), measured",
+        "## The plain path (k=0)",
         "",
         f"`python -m benchmarks plainpath --rows {rows} --repeats {repeats}`: {rows:,} rows "
         f"(id, label, float32[128]), {FRAGMENTS} fragments; ours: {SPLITS} splits, shuffled, "
