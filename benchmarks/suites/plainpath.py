@@ -54,7 +54,7 @@ STAGES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
         "",
     ),
     (
-        "chunk: the splits' next rows interleaved (reads excluded)",
+        "chunk: the splits' next rows interleaved (waits for reads excluded)",
         (("read/assemble.py", "_chunk"),),
         "wait",
     ),
@@ -129,7 +129,9 @@ def profile(table: TableRef) -> dict[str, float]:
     per_row["trainer thread, in all (wall)"] = total / rows * 1e6
     read = dataset.stats()
     per_row["read threads: Lance takes (wall, summed over reads)"] = read["read_seconds"] / rows * 1e6
-    per_row["read threads: Arrow to numpy (wall, summed over reads)"] = read["convert_seconds"] / rows * 1e6
+    per_row["Arrow to numpy (wall, summed over reads; where it runs: see docs)"] = (
+        read["convert_seconds"] / rows * 1e6
+    )
     return per_row
 
 

@@ -86,6 +86,9 @@ class WindowSource:
             reading, pieces, columns=self.columns, filter_index=index, executor=executor, take_rows=size
         )
 
+    def _converted(self, seconds: float) -> None:
+        self.counters.add(convert=seconds)
+
     def read(
         self,
         requests: Sequence[Key],
@@ -113,8 +116,8 @@ class WindowSource:
                 for (split, window), gather in zip(requests, request.gathers, strict=True)
             ]
         else:
-            with timed(self.counters, "convert"):  # the transform stage of a read without one
-                windows = list(Rows.gather(table, request.gathers))
+            # converted at first use (the transform stage of a read without one), timed then
+            windows = list(Rows.gather(table, request.gathers, converted=self._converted))
         return dict(zip(requests, windows, strict=True))
 
 
