@@ -8,6 +8,7 @@ one fails there first, not in a user's training run.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
@@ -26,6 +27,7 @@ __all__ = [
     "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
+    "profiler_enabled",
     "queue_semaphores",
     "sender",
     "shared_memory_fd",
@@ -43,6 +45,23 @@ def pin_memory(data: Any, device: str | None = None) -> Any:
     from torch.utils.data._utils.pin_memory import pin_memory as pin
 
     return pin(data, device)  # type: ignore[no-untyped-call]
+
+
+def profiler_enabled() -> bool:
+    """``torch.autograd._profiler_enabled``: whether a torch profiler records now. The
+    loader's plain path (``num_workers=0``) labels each ``next()`` as torch's iterator
+    does only then, since the label costs about as much as the batch when nobody records."""
+    return bool(_profiler_flag()())
+
+
+@functools.cache
+def _profiler_flag() -> Callable[[], bool]:
+    """The function behind ``profiler_enabled``, imported once (an import statement per
+    call goes through the import machinery: ``torch._C._autograd`` is no entry of
+    ``sys.modules``)."""
+    from torch._C._autograd import _profiler_enabled
+
+    return _profiler_enabled  # type: ignore[no-any-return]
 
 
 def shutdown_workers(iterator: Any) -> None:

@@ -17,6 +17,7 @@ NAMES = (
     "mixtures",
     "filterplan",
     "workerpath",
+    "plainpath",
     "remote",
     "remote-cache",
     "remote-first-batch",

@@ -89,9 +89,10 @@ def slices(
     """
     sizes = Sizes() if columnar else None
     source = stream(sizes)
+    alone = _alone(stripe)
     for batch in range(stripe.order.batches(stripe.batch_size)):
-        slots = stripe.slots(batch)
         size = stripe.size(batch)
+        slots = alone[:size] if alone is not None else stripe.slots(batch)
         first = batch == 0
         if len(slots) == 0:
             yield Slice(None, slots, size, columnar, first)
@@ -103,6 +104,17 @@ def slices(
         else:
             samples = list(itertools.islice(source, len(slots)))
             yield Slice(samples, slots[: len(samples)], size, first=first)
+
+
+def _alone(stripe: Stripe) -> np.ndarray | None:
+    """The slots of a lone process's batch (every slot, in order: ``Stripe.slots`` of
+    one worker), as one read-only array its batches take prefixes of; ``None`` with
+    several workers."""
+    if stripe.workers != 1:
+        return None
+    slots = np.arange(stripe.batch_size, dtype=np.int64)
+    slots.flags.writeable = False
+    return slots
 
 
 def messages(

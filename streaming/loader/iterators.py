@@ -15,6 +15,7 @@ from ..core.lifecycle import Guarded
 from ..dataset.host import DatasetHost
 from . import transfer
 from .launch import Launch
+from .plain import PlainBatches
 from .shares import Shares, release
 from .worker import WorkerBatch
 
@@ -88,7 +89,7 @@ class Committing(BatchIterator):
         super().__init__(loader, launch)
         self._dataset = dataset
         self._channel: transfer.Channel | None = None
-        self._shares: Shares | None = None
+        self._shares: Shares | PlainBatches | None = None
 
     def _first(self) -> None:
         self._launch.begin(stacklevel=6)
@@ -97,7 +98,7 @@ class Committing(BatchIterator):
     def _begin(self) -> None:
         """Start the current epoch's batches (its worker processes, with workers)."""
         self._batches, self._channel, self.inner = self._launch.start(self)
-        self._shares = Shares(self._batches, workers=self._loader.num_workers)
+        self._shares = self._launch.shares(self._batches)
         # unmaps the workers' shared memory however this iterator ends, even unclosed
         self._finalizer = weakref.finalize(
             self,

@@ -23,7 +23,8 @@ from ..core.lifecycle import Guarded
 from ..dataset import striped
 from ..dataset.board import Board
 from ..dataset.host import LoaderHost
-from . import transfer
+from . import plain, transfer
+from .plain import PlainBatches
 from .shares import Gathering, Shares, release_kept
 from .supervisor import supervise
 from .worker import ReportingCollate, WorkerBatch
@@ -72,9 +73,16 @@ class Launch:
         """Start the DataLoader's batches at the host's position for ``iterator``.
 
         Returns the batches, their shared-memory channel, and the host's own
-        iterator (``num_workers=0``) that ``iterator`` wraps.
+        iterator (``num_workers=0``) that ``iterator`` wraps. Without workers the
+        items come straight from the host's iterator (``plain``), as torch's
+        single-process iterator would give them.
         """
         loader, host = self._loader, self._host
+        if plain.eligible(loader):
+            self._collate.channel = None
+            with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar):
+                items = plain.items(loader)
+            return items, None, host.hold(iterator)
         keep = loader.persistent_workers and loader.num_workers > 0
         if keep and _compat.persistent_iterator(loader) is not None and self._board is not None:
             return self._restart_kept(), None, host.hold(iterator)
@@ -109,13 +117,25 @@ class Launch:
         self._collate.channel = channel
         return channel
 
-    def gather(self, shares: Shares | None) -> tuple[list[WorkerBatch], Any] | None:
+    def shares(self, batches: Iterator[Any]) -> Shares | PlainBatches:
+        """What ``gather`` draws the batches of ``batches`` (from ``start``) from: whole
+        columnar batches of the trainer's own process are finished as they come
+        (``plain``), else every worker's shares are sorted and assembled."""
+        loader = self._loader
+        if self._columnar and plain.eligible(loader):
+            source = plain.uncollated(batches)
+            return PlainBatches(source, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
+        return Shares(batches, workers=loader.num_workers)
+
+    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[WorkerBatch], Any] | None:
         """The next batch of ``shares`` (see ``Gathering.gather``).
 
         Kept workers that failed (a dead worker, a batch that failed on arrival) are
         stopped, so the next ``iter()`` starts new ones.
         """
         assert shares is not None
+        if isinstance(shares, PlainBatches):
+            return shares.next_batch()
         try:
             return self._gathering.gather(shares)
         except StopIteration:

@@ -140,14 +140,24 @@ def _commit(cursor: Cursor, chunks: deque[_Chunk]) -> None:
     for chunk in chunks:
         if chunk.taken > chunk.committed:
             width = len(chunk.splits)
-            before, after = divmod(chunk.committed, width), divmod(chunk.taken, width)
-            for index, split in enumerate(chunk.splits):
-                moved = after[0] + (index < after[1]) - before[0] - (index < before[1])
-                if moved:
-                    cursor.advance([split], moved)
+            (low, low_extra), (high, high_extra) = divmod(chunk.committed, width), divmod(chunk.taken, width)
+            # split i moves high - low cycles, one more if i < high_extra, one fewer if i < low_extra:
+            # three runs of splits, each moved by one count
+            for first, last, moved in _runs(low_extra, high_extra, width, high - low):
+                if moved and last > first:
+                    cursor.advance(chunk.splits[first:last], moved)
             chunk.committed = chunk.taken
     while chunks and chunks[0].taken == chunks[0].rows:
         chunks.popleft()
+
+
+def _runs(low_extra: int, high_extra: int, width: int, cycles: int) -> list[tuple[int, int, int]]:
+    """(first, last, moved): splits [first, last) of a chunk each moved ``moved`` samples
+    when its committed rows went from ``low_extra`` to ``high_extra`` past whole cycles
+    (``cycles`` more of them)."""
+    one, two = sorted((low_extra, high_extra))
+    middle = cycles + (1 if high_extra > low_extra else -1)
+    return [(0, one, cycles), (one, two, middle), (two, width, cycles)]
 
 
 def iterate_batches(

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -17,6 +17,7 @@ from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
 from . import blobs, cached, source
 from .blobs import BlobRead
+from .planahead import PlanAhead
 from .rows import Rows
 from .transformed import OnError, Seeds, TransformedRows, Transformer
 
@@ -46,6 +47,8 @@ class WindowSource:
     first_take_alone: bool = False  # a fragment's other takes wait for its first (see source.read_rows)
     cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
     blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
+    ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)
+    """The next read's plan, worked out while a read's takes run (see read/planahead.py)."""
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -90,6 +93,9 @@ class WindowSource:
             first_take_alone=self.first_take_alone,
         )
 
+    def _converted(self, seconds: float) -> None:
+        self.counters.add(convert=seconds)
+
     def read(
         self,
         requests: Sequence[Key],
@@ -103,7 +109,9 @@ class WindowSource:
         With a ``transformer`` the windows are transformed lazily, as they are consumed.
         """
         with timed(self.counters, "read"):
-            request = self.plan.window_read(requests)
+            request = self.ahead.plan(self.plan, requests)
+            if executor is not None:  # the next read's plan, while this one's takes run
+                self.ahead.work_out_next(self.plan, requests, executor)
             table = self._table(request.pieces, executor)
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
@@ -115,8 +123,8 @@ class WindowSource:
                 for (split, window), gather in zip(requests, request.gathers, strict=True)
             ]
         else:
-            with timed(self.counters, "convert"):  # the transform stage of a read without one
-                windows = list(Rows.gather(table, request.gathers))
+            # converted at first use (the transform stage of a read without one), timed then
+            windows = list(Rows.gather(table, request.gathers, converted=self._converted))
         return dict(zip(requests, windows, strict=True))
 
 

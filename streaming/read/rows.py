@@ -13,6 +13,8 @@ and the numpy data handed out is freshly allocated and writable.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,16 +104,45 @@ def _row_builder(names: Sequence[str]) -> Callable[[Sequence[Sequence[Any]]], li
 
 
 class Storage:
-    """The converted columns of one read, in storage order, shared by its windows."""
+    """The converted columns of one read, in storage order, shared by its windows.
 
-    def __init__(self, names: Sequence[str], columns: Sequence[Any]) -> None:
+    Made of a table (``convert``), the columns are converted at their first use, by
+    whoever gathers rows first (the consumer): a read ends as its takes land, so the
+    next read starts that much sooner, and the conversion runs while it does.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        columns: Sequence[Any] | None = None,
+        *,
+        table: pa.Table | None = None,
+        converted: Callable[[float], None] | None = None,
+    ) -> None:
         self.names = list(names)
-        self.columns: list[Any] = list(columns)
+        self._columns: list[Any] | None = None if columns is None else list(columns)
+        self._table, self._converted = table, converted
+        self._lock = threading.Lock()
 
     @classmethod
-    def convert(cls, table: pa.Table) -> Storage:
-        """Convert every column of ``table`` once."""
-        return cls(table.column_names, [_column(table.column(i)) for i in range(table.num_columns)])
+    def convert(cls, table: pa.Table, *, converted: Callable[[float], None] | None = None) -> Storage:
+        """``table``'s columns, each converted once at the first use of ``columns``;
+        ``converted(seconds)`` is told how long that took."""
+        return cls(table.column_names, table=table, converted=converted)
+
+    @property
+    def columns(self) -> list[Any]:
+        """Every converted column (converted now if this is their first use)."""
+        if self._columns is None:
+            with self._lock:
+                if self._columns is None:
+                    start, table = time.perf_counter(), self._table
+                    assert table is not None
+                    self._columns = [_column(table.column(i)) for i in range(table.num_columns)]
+                    self._table = None  # only the converted columns are kept
+                    if self._converted is not None:
+                        self._converted(time.perf_counter() - start)
+        return self._columns
 
 
 class Rows:
@@ -130,9 +161,16 @@ class Rows:
         self._build = _row_builder(self.names)
 
     @classmethod
-    def gather(cls, table: pa.Table, orders: Sequence[np.ndarray]) -> list[Rows]:
-        """Convert ``table`` once and return its rows in each of ``orders`` (no copy yet)."""
-        storage = Storage.convert(table)
+    def gather(
+        cls,
+        table: pa.Table,
+        orders: Sequence[np.ndarray],
+        *,
+        converted: Callable[[float], None] | None = None,
+    ) -> list[Rows]:
+        """``table``'s rows in each of ``orders`` (no copy yet; the columns are converted
+        once, at their first use, and ``converted(seconds)`` told how long it took)."""
+        storage = Storage.convert(table, converted=converted)
         return [cls(storage.names, storage=storage, order=np.asarray(order)) for order in orders]
 
     def __len__(self) -> int:

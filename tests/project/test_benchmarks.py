@@ -133,6 +133,18 @@ def test_workerpath_benchmark_judges_cpu_and_the_later_first_batch(tmp_path: Pat
     assert "persistent_workers=True" in later and ("PASS" in later or "FAIL" in later)
 
 
+def test_plainpath_benchmark_judges_the_ratio_and_profiles_every_stage(tmp_path: Path) -> None:
+    """Tiny table, one repeat: both contenders, the ratio with its verdict, and a profile
+    whose stages are each a number of microseconds per row."""
+    text, _ = run_section(tmp_path, "plainpath", "--rows", "8192", "--repeats", "1")
+    assert "| raw Lance scan, to_batches(columns) |" in text and "| ours, k=0 |" in text
+    verdict = next(line for line in text.splitlines() if line.startswith("- k=0 against the raw scan"))
+    assert "PASS" in verdict or "FAIL" in verdict, verdict
+    named = ("| permute", "| waiting", "| read", "| Arrow")
+    stages = [line.split("|") for line in text.splitlines() if line.startswith(named)]
+    assert len(stages) == 4 and all(float(row[2]) >= 0 for row in stages), stages
+
+
 def test_gpu_benchmark_smoke_measures_every_configuration(tmp_path: Path) -> None:
     """``--smoke`` on CPU: a training step fed by k=0 and k=2 loaders, one table and a mixture,
     each with a first batch, a positive rate, a busy fraction and CPU per row."""

@@ -153,3 +153,12 @@ def test_the_done_event_guard_reads_and_sets_the_event_and_survives_a_held_lock(
     assert held._workers_done_event.is_set() is False
     held._workers_done_event.set()
     assert held._workers_done_event.is_set() is True, "remembered without the lock"
+
+
+def test_profiler_enabled_is_true_only_while_a_profiler_records():
+    import torch.profiler
+
+    assert _compat.profiler_enabled() is False
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        assert _compat.profiler_enabled() is True
+    assert _compat.profiler_enabled() is False
