@@ -98,6 +98,7 @@ class Launch:
         with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar):
             batches = DataLoader.__iter__(loader)  # torch's _reset: every worker calls iter() again
         assert self._board is not None
+        transfer.again(self._collate.channel)  # the workers acknowledged; they read after the post
         self._board.post(host.handover())
         return batches
 
