@@ -41,6 +41,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing import shared_memory
+from typing import Any
 
 import numpy as np
 
@@ -71,17 +72,15 @@ class Place:
     fields: tuple[Field, ...] = ()
 
 
-def layout(
-    size: int, names: Sequence[str], specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]
+@functools.lru_cache(maxsize=64)
+def _layout(
+    size: int, names: tuple[str, ...], specs: tuple[tuple[str, np.dtype, tuple[int, ...]], ...]
 ) -> tuple[Field, ...]:
-    """Where each column of ``specs`` (dtype, shape of a row) lies in a buffer for a batch
-    of ``size`` rows: column j of ``names`` in region j. A column larger than its region
-    is left out (it travels in the message). The same inputs give the same layout in
-    every worker."""
     region = CAPACITY // max(1, len(names)) // _ALIGN * _ALIGN
+    found = {name: (dtype, row) for name, dtype, row in specs}
     fields = []
     for index, name in enumerate(names):
-        spec = specs.get(name)
+        spec = found.get(name)
         if spec is None:
             continue
         dtype, row = spec
@@ -91,18 +90,28 @@ def layout(
     return tuple(fields)
 
 
-def _bytes(fields: Sequence[Field]) -> int:
+def layout(
+    size: int, names: Sequence[str], specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]
+) -> tuple[Field, ...]:
+    """Where each column of ``specs`` (dtype, shape of a row) lies in a buffer for a batch
+    of ``size`` rows: column j of ``names`` in region j. A column larger than its region
+    is left out (it travels in the message). The same inputs give the same layout in
+    every worker."""
+    key = tuple((name, dtype, row) for name, (dtype, row) in specs.items())
+    return _layout(size, tuple(names), key)
+
+
+@functools.lru_cache(maxsize=64)
+def _bytes(fields: tuple[Field, ...]) -> int:
     return sum(np.dtype(dtype).itemsize * math.prod(shape) for _, dtype, shape, _ in fields)
 
 
 @functools.lru_cache(maxsize=64)
-def _cuts(fields: tuple[Field, ...]) -> tuple[int, list[tuple[str, np.dtype, int, int, tuple[int, ...]]]]:
-    """The bytes a layout spans, and each column's (name, dtype, start, stop, shape) in it."""
-    cuts = []
-    for name, dtype, shape, offset in fields:
-        kind = np.dtype(dtype)
-        cuts.append((name, kind, offset, offset + kind.itemsize * math.prod(shape), shape))
-    return max(stop for _, _, _, stop, _ in cuts), cuts
+def _cuts(fields: tuple[Field, ...]) -> tuple[int, list[tuple[str, np.dtype, int, tuple[int, ...]]]]:
+    """The bytes a layout spans, and each column's (name, dtype, offset, shape) in it."""
+    cuts = [(name, np.dtype(dtype), offset, shape) for name, dtype, shape, offset in fields]
+    end = max(offset + kind.itemsize * math.prod(shape) for _, kind, offset, shape in cuts)
+    return end, cuts
 
 
 def _header(buffers: int) -> int:
@@ -127,6 +136,7 @@ class Pool:
         self._tags = np.ndarray((buffers,), np.int64, buffer=self._map)
         self._tags[:] = np.arange(buffers)
         self._held = [False] * buffers
+        self._watch: dict[int, weakref.ref[np.ndarray]] = {}
         self._next = 0  # the next batch the trainer will take
         self._lock = threading.RLock()  # finalizers run in whatever thread collects
         self._named = True
@@ -165,10 +175,12 @@ class Pool:
             self._held[buffer] = True
             self._tags[buffer] = -1
             self._next = max(self._next, place.sequence + 1)
+            # called when the last array of the batch goes (a weak reference: no finalizer
+            # at exit, and cheaper than weakref.finalize)
+            self._watch[buffer] = weakref.ref(whole, functools.partial(self._free, buffer))
         self.unlink()  # every worker sent a share of this batch: each has mapped the pool
-        weakref.finalize(whole, self._free, buffer).atexit = False
         return {
-            name: whole[start:stop].view(dtype).reshape(shape) for name, dtype, start, stop, shape in cuts
+            name: np.ndarray(shape, dtype, buffer=whole, offset=start) for name, dtype, start, shape in cuts
         }
 
     def settle(self, sequence: int) -> None:
@@ -181,8 +193,9 @@ class Pool:
             if not self._held[buffer] and int(self._tags[buffer]) == sequence:
                 self._tags[buffer] = sequence + self._buffers
 
-    def _free(self, buffer: int) -> None:
+    def _free(self, buffer: int, _: Any = None) -> None:
         with self._lock:
+            self._watch.pop(buffer, None)
             self._held[buffer] = False
             if not self._closed:
                 self._tags[buffer] = self._next + (buffer - self._next) % self._buffers
@@ -243,6 +256,7 @@ class Writer:
         self._buffers = buffers
         self._tags = np.ndarray((buffers,), np.int64, buffer=self._map)
         self._reserved: list[tuple[Field, ...]] = [()] * buffers
+        self._views: dict[tuple[int, tuple[Field, ...]], dict[str, np.ndarray]] = {}
         self.sequence = -1
 
     def next(self, *, first: bool) -> int:
@@ -259,10 +273,14 @@ class Writer:
         base = _header(self._buffers) + buffer * CAPACITY
         if not self._reserve(buffer, base, fields):
             return None
-        return {
-            name: np.ndarray(shape, np.dtype(dtype), buffer=self._map, offset=base + offset)
-            for name, dtype, shape, offset in fields
-        }
+        found = self._views.get((buffer, fields))
+        if found is None:  # the same views serve every batch of this buffer and layout
+            found = {
+                name: np.ndarray(shape, np.dtype(dtype), buffer=self._map, offset=base + offset)
+                for name, dtype, shape, offset in fields
+            }
+            self._views[buffer, fields] = found
+        return found
 
     def _reserve(self, buffer: int, base: int, fields: tuple[Field, ...]) -> bool:
         """Reserve the pages of each column's region once (a full ``/dev/shm`` then fails
