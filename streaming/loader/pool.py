@@ -12,6 +12,11 @@ carries only a ``Place`` (the pool, the batch's number and where each column
 lies). The trainer hands the batch out as tensors that are views of the buffer:
 it neither copies nor decodes the numeric columns.
 
+The header also holds the one layout the workers may write, adopted by the trainer
+from the first whole batch whose shares all computed it (those first batches come
+the older way): two workers never write one buffer in different layouts (a column
+whose dtype differs between a mixture's sources), so their rows never overlap.
+
 Flow control is the header's tags, written only by the trainer: a worker writes
 batch ``i`` into its buffer only when the buffer's tag is ``i``; otherwise its
 share goes the older way (``transfer``'s ring, or the pipe) and the trainer
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import mmap
 import os
@@ -47,7 +53,7 @@ import numpy as np
 
 from .. import _compat
 
-__all__ = ["Field", "Place", "Pool", "Writer", "find", "layout", "lookup", "writer"]
+__all__ = ["Field", "Place", "Pool", "Writer", "find", "key", "layout", "lookup", "writer"]
 
 _ALIGN = 64
 
@@ -70,6 +76,7 @@ class Place:
     pool: str
     sequence: int
     fields: tuple[Field, ...] = ()
+    written: bool = False
 
 
 @functools.lru_cache(maxsize=64)
@@ -115,7 +122,14 @@ def _cuts(fields: tuple[Field, ...]) -> tuple[int, list[tuple[str, np.dtype, int
 
 
 def _header(buffers: int) -> int:
-    return -(-8 * buffers // _ALIGN) * _ALIGN
+    return -(-8 * (buffers + 1) // _ALIGN) * _ALIGN
+
+
+@functools.lru_cache(maxsize=64)
+def key(fields: tuple[Field, ...]) -> int:
+    """A layout's number in the pool's header (a stable digest: the same in every process)."""
+    digest = hashlib.blake2b(repr(fields).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True) or 1
 
 
 def _mapping(memory: shared_memory.SharedMemory) -> mmap.mmap:
@@ -135,6 +149,7 @@ class Pool:
         self._buffers = buffers
         self._tags = np.ndarray((buffers,), np.int64, buffer=self._map)
         self._tags[:] = np.arange(buffers)
+        self._layout = np.ndarray((1,), np.int64, buffer=self._map, offset=8 * buffers)  # 0: none yet
         self._held = [False] * buffers
         self._watch: dict[int, weakref.ref[np.ndarray]] = {}
         self._next = 0  # the next batch the trainer will take
@@ -182,6 +197,14 @@ class Pool:
         return {
             name: np.ndarray(shape, dtype, buffer=whole, offset=start) for name, dtype, start, shape in cuts
         }
+
+    def adopt(self, fields: tuple[Field, ...]) -> None:
+        """Let the workers write batches of this layout (every share of a batch computed
+        it). Only the first layout adopted is ever written: two workers never write one
+        buffer in different layouts (a column whose dtype differs between a mixture's
+        sources), so their rows never overlap."""
+        if int(self._layout[0]) == 0:
+            self._layout[0] = key(fields)
 
     def settle(self, sequence: int) -> None:
         """Batch ``sequence`` was taken without holding its buffer (copied, dropped, or
@@ -255,6 +278,7 @@ class Writer:
         memory.close()
         self._buffers = buffers
         self._tags = np.ndarray((buffers,), np.int64, buffer=self._map)
+        self._layout = np.ndarray((1,), np.int64, buffer=self._map, offset=8 * buffers)
         self._reserved: list[tuple[Field, ...]] = [()] * buffers
         self._views: dict[tuple[int, tuple[Field, ...]], dict[str, np.ndarray]] = {}
         self.sequence = -1
@@ -266,9 +290,12 @@ class Writer:
 
     def targets(self, fields: tuple[Field, ...]) -> dict[str, np.ndarray] | None:
         """The whole batch's columns of ``fields`` in this share's buffer, to write this
-        share's rows into; ``None`` (write nothing) when the buffer is not this batch's."""
+        share's rows into; ``None`` (write nothing) when the buffer is not this batch's or
+        the trainer has not adopted this layout."""
         buffer = self.sequence % self._buffers
-        if int(self._tags[buffer]) != self.sequence or buffer >= max(2, MAX_POOL_BYTES // _bytes(fields)):
+        if int(self._tags[buffer]) != self.sequence or int(self._layout[0]) != key(fields):
+            return None
+        if buffer >= max(2, MAX_POOL_BYTES // _bytes(fields)):
             return None
         base = _header(self._buffers) + buffer * CAPACITY
         if not self._reserve(buffer, base, fields):

@@ -113,8 +113,10 @@ class Gathering:
             slots, filled = assembly.compact([item.slots for item in shares], size)
             if self.drop_last and filled < self.batch_size:
                 return None
-            if place is not None and filled == size and _written(shares):
-                return to_tensors(_in_place(shares, slots, size))
+            if place is not None and filled == size:
+                if _written(shares):
+                    return to_tensors(_in_place(shares, slots, size))
+                _adopt(shares)
             merged = assembly.columns([item.columns() for item in shares], slots, filled)
         finally:
             for item in shares:
@@ -139,9 +141,23 @@ def _written(shares: list[WorkerBatch]) -> bool:
     first = shares[0].place
     return (
         first is not None
-        and bool(first.fields)
-        and all(item.place is not None and item.place.fields == first.fields for item in shares)
+        and first.written
+        and all(
+            item.place is not None and item.place.written and item.place.fields == first.fields
+            for item in shares
+        )
     )
+
+
+def _adopt(shares: list[WorkerBatch]) -> None:
+    """Every share of a whole batch computed one layout: the workers may write it."""
+    first = shares[0].place
+    if (
+        first is not None
+        and first.fields
+        and all(item.place is not None and item.place.fields == first.fields for item in shares)
+    ):
+        pool.lookup(first.pool).adopt(first.fields)
 
 
 def _in_place(shares: list[WorkerBatch], slots: list[Any], size: int) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class WorkerBatch:
         if self.parcel is not None:
             arrays = transfer.receive(self.parcel)
             batch = {key: arrays.get(key, value) for key, value in batch.items()}
-        if self.place is not None and self.place.fields:
+        if self.place is not None and self.place.written:
             rows = self._placed()
             batch = {key: rows[key].copy() if key in rows else value for key, value in batch.items()}
         return to_tensors(batch)
@@ -99,7 +99,7 @@ class WorkerBatch:
         if self.parcel is not None:
             arrays = transfer.views(self.parcel)
             batch = {key: arrays.get(key, value) for key, value in batch.items()}
-        if self.place is not None and self.place.fields:
+        if self.place is not None and self.place.written:
             rows = self._placed()
             batch = {key: rows.get(key, value) for key, value in batch.items()}
         return batch
@@ -196,11 +196,13 @@ class ReportingCollate:
         from ..read.assemble import finish, to_tensors
 
         if writer is not None:
-            written: list[tuple[pool.Field, ...]] = []
-            batch = finish(item.items, as_numpy=True, into=functools.partial(_into, writer, item, written))
-            if written:
-                place = pool.Place(writer.name, writer.sequence, written[0])
-                return share(batch, report, numpy=True, place=place)
+            laid: list[Any] = []  # the share's layout, and whether it was written in the pool
+            batch = finish(item.items, as_numpy=True, into=functools.partial(_into, writer, item, laid))
+            if laid:
+                place = pool.Place(writer.name, writer.sequence, *laid)
+                share = functools.partial(share, place=place)
+                if place.written:
+                    return share(batch, report, numpy=True)
         else:
             batch = finish(item.items, as_numpy=worker is not None)
         if worker is None:
@@ -216,16 +218,16 @@ class ReportingCollate:
         return share(to_tensors(batch), report)  # large: shared memory beats the pipe
 
 
-def _into(
-    writer: pool.Writer, item: Slice, written: list[tuple[pool.Field, ...]], specs: Any
-) -> dict[str, tuple[np.ndarray, Any]]:
+def _into(writer: pool.Writer, item: Slice, laid: list[Any], specs: Any) -> dict[str, tuple[np.ndarray, Any]]:
     """Where ``finish`` writes the share's numeric columns: their slots of the whole
-    batch's columns in the pool (nothing when its buffer is not this batch's)."""
+    batch's columns in the pool (nothing when its buffer is not this batch's, or the
+    trainer has not adopted the layout). ``laid`` gets the layout and whether it is
+    written there."""
     fields = pool.layout(item.size, list(item.items), specs)
     targets = writer.targets(fields) if fields else None
+    laid[:] = [fields, targets is not None] if fields else []
     if targets is None:
         return {}
-    written.append(fields)
     where = assembly.index_of(item.slots)
     return {name: (target, where) for name, target in targets.items()}
 

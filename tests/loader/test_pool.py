@@ -107,7 +107,7 @@ def test_persistent_workers_number_each_iterator_from_zero(uri, holds):
     assert len(got) == len(expected)
     for index, (mine, plain_batch) in enumerate(zip(got, expected, strict=True)):
         assert mine == plain_batch, f"batch {index}"
-    assert holds.count(0) == 3, "each iterator's first batch came from the pool"
+    assert holds.count(0) == 2, "each later iterator's first batch came from the pool"
 
 
 def test_a_buffer_is_written_again_only_once_its_tensors_are_gone():
@@ -117,10 +117,13 @@ def test_a_buffer_is_written_again_only_once_its_tensors_are_gone():
     try:
         fields = pool.layout(4, ["x"], {"x": (np.dtype(np.int64), ())})
         assert writer.next(first=True) == 0
+        assert writer.targets(fields) is None, "no layout adopted yet"
+        made.adopt(fields)
+        assert writer.targets(pool.layout(4, ["x"], {"x": (np.dtype(np.int32), ())})) is None, "another layout"
         targets = writer.targets(fields)
         assert targets is not None
         targets["x"][:] = [1, 2, 3, 4]
-        held = torch.from_numpy(made.hold(pool.Place(made.name, 0, fields))["x"])[1:3]
+        held = torch.from_numpy(made.hold(pool.Place(made.name, 0, fields, written=True))["x"])[1:3]
         made.settle(0)  # the trainer settles every batch: a held one stays held
         writer.next(first=False)
         made.settle(1)
