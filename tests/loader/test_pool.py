@@ -119,7 +119,9 @@ def test_a_buffer_is_written_again_only_once_its_tensors_are_gone():
         assert writer.next(first=True) == 0
         assert writer.targets(fields) is None, "no layout adopted yet"
         made.adopt(fields)
-        assert writer.targets(pool.layout(4, ["x"], {"x": (np.dtype(np.int32), ())})) is None, "another layout"
+        assert writer.targets(pool.layout(4, ["x"], {"x": (np.dtype(np.int32), ())})) is None, (
+            "another layout"
+        )
         targets = writer.targets(fields)
         assert targets is not None
         targets["x"][:] = [1, 2, 3, 4]
