@@ -161,3 +161,39 @@ def test_the_pool_leaves_dev_shm_at_the_first_batch_or_when_the_iterator_ends(ur
         iterator.close()
     assert pool.find(channel.pool_name) is None, "released with the iterator"
     assert batch["id"].tolist() == next(iter(loader(dataset(uri), 0)))["id"].tolist(), "still readable"
+
+
+FAILED_START = """
+import os, sys
+from streaming import StreamingDataLoader, StreamingDataset
+
+if __name__ == "__main__":
+    data = StreamingDataset(sys.argv[1], num_splits=4, block_rows=4, shuffle_buffer_size=64)
+    try:
+        next(iter(StreamingDataLoader(data, batch_size=3, num_workers=2)))
+    except OSError as error:  # the fork server cannot bind its socket under this TMPDIR
+        print("failed", error)
+    print(sorted(name for name in os.listdir("/dev/shm") if name.startswith(f"lsr{os.getpid()}_")))
+"""
+
+
+def test_an_iterator_whose_workers_fail_to_start_leaves_no_pool(uri, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(FAILED_START)
+    deep = tmp_path / ("d" * 120)  # longer than a Unix socket's path may be
+    deep.mkdir()
+    result = subprocess.run(
+        [sys.executable, str(script), uri],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TMPDIR": str(deep)},
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("failed"), result.stdout
+    assert result.stdout.splitlines()[-1] == "[]", "the pool outlived the failed start"
+    assert "leaked shared_memory" not in result.stderr, result.stderr
