@@ -18,6 +18,7 @@ NAMES = (
     "filterplan",
     "workerpath",
     "plainpath",
+    "worker-pool",
     "remote",
     "remote-cache",
     "remote-first-batch",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["assemble", "columns", "compact"]
+__all__ = ["assemble", "columns", "compact", "index_of"]
 
 
 def compact(slots: Sequence[np.ndarray], size: int) -> tuple[list[np.ndarray], int]:
@@ -88,6 +88,11 @@ def _index(where: np.ndarray) -> slice | np.ndarray:
     if step > 0 and int(where[-1]) == first + step * (len(where) - 1) and (np.diff(where) == step).all():
         return slice(first, first + step * len(where), step)
     return where
+
+
+def index_of(slots: np.ndarray) -> slice | np.ndarray:
+    """``slots`` as an index of a batch's first dimension: a slice when evenly spaced."""
+    return _index(slots)
 
 
 def columns(parts: Sequence[Mapping[str, Any]], slots: Sequence[np.ndarray], size: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any
 from .. import _compat
 from ..core import stats
 from ..dataset.board import Board
-from . import assembly, transfer
+from . import assembly, pool, transfer
 from .worker import WorkerBatch
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]
@@ -78,9 +78,19 @@ class Gathering:
             RuntimeError: a worker's shares ran out before the others'.
         """
         items = shares.next_batch()
+        place = _place(items)
+        try:
+            return self._gather(items, place)
+        finally:  # the batch's pool buffer goes on, unless its views were handed out
+            if place is not None:
+                pool.lookup(place.pool).settle(place.sequence)
+
+    def _gather(
+        self, items: list[WorkerBatch], place: pool.Place | None
+    ) -> tuple[list[WorkerBatch], Any] | None:
         present = [item for item in items if item.count]
-        if present and all(item.numpy for item in present):  # columns: merged straight from the slots
-            merged = self._columns(present, items[0].size)
+        if present and all(item.numpy for item in present):  # columns: from the pool, or merged
+            merged = self._columns(present, items[0].size, place)
             return None if merged is None else (items, merged)
         parts = [item.unwrap() for item in present]  # before the commit: a failure here was not delivered
         if not present:
@@ -93,20 +103,73 @@ class Gathering:
             batch = _compat.pin_memory(batch, self.pin_device)
         return items, batch
 
-    def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
-        """The batch of columnar shares: numeric columns copied once, from the workers'
-        shared-memory slots into the batch (then the slots are free again)."""
+    def _columns(self, shares: list[WorkerBatch], size: int, place: pool.Place | None) -> Any:
+        """The batch of columnar shares: views of the pool buffer its workers wrote, else
+        numeric columns copied once, from where they lie into the batch (then the
+        workers' shared-memory slots are free again)."""
         from ..read.assemble import to_tensors
 
         try:
-            slots, size = assembly.compact([item.slots for item in shares], size)
-            if self.drop_last and size < self.batch_size:
+            slots, filled = assembly.compact([item.slots for item in shares], size)
+            if self.drop_last and filled < self.batch_size:
                 return None
-            merged = assembly.columns([item.columns() for item in shares], slots, size)
+            if place is not None and filled == size:
+                if _written(shares):
+                    return to_tensors(_in_place(shares, slots, size))
+                _adopt(shares)
+            merged = assembly.columns([item.columns() for item in shares], slots, filled)
         finally:
             for item in shares:
                 item.done()
         return to_tensors(merged)
+
+
+def _place(items: list[WorkerBatch]) -> pool.Place | None:
+    """The batch's place in its pool (every worker numbers its shares alike)."""
+    places = [item.place for item in items if item.place is not None]
+    if not places:
+        return None
+    if len({(found.pool, found.sequence) for found in places}) > 1:
+        raise RuntimeError(
+            f"the workers' shares of one batch are numbered differently ({places}): the workers disagree"
+        )
+    return places[0]
+
+
+def _written(shares: list[WorkerBatch]) -> bool:
+    """Whether every share wrote its numeric columns into the pool, all in one layout."""
+    first = shares[0].place
+    return (
+        first is not None
+        and first.written
+        and all(
+            item.place is not None and item.place.written and item.place.fields == first.fields
+            for item in shares
+        )
+    )
+
+
+def _adopt(shares: list[WorkerBatch]) -> None:
+    """Every share of a whole batch computed one layout: the workers may write it."""
+    first = shares[0].place
+    if (
+        first is not None
+        and first.fields
+        and all(item.place is not None and item.place.fields == first.fields for item in shares)
+    ):
+        pool.lookup(first.pool).adopt(first.fields)
+
+
+def _in_place(shares: list[WorkerBatch], slots: list[Any], size: int) -> dict[str, Any]:
+    """The batch whose numeric columns lie in the pool: views of its buffer, held until no
+    tensor of them is left; other columns (strings) merged from the messages."""
+    place = shares[0].place
+    assert place is not None
+    arrays = pool.lookup(place.pool).hold(place)
+    first = shares[0].batch
+    rest = [{key: value for key, value in item.batch.items() if key not in arrays} for item in shares]
+    merged = assembly.columns(rest, slots, size) if rest[0] else {}
+    return {key: arrays[key] if key in arrays else merged[key] for key in first}
 
 
 def single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:
