@@ -47,8 +47,7 @@ class WindowSource:
     first_take_alone: bool = False  # a fragment's other takes wait for its first (see source.read_rows)
     cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
     blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
-    ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)
-    """The next read's plan, worked out while a read's takes run (see read/planahead.py)."""
+    ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see read/planahead.py
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
