@@ -107,12 +107,12 @@ class Channel:
         ``batches``) its pool of ``slots + POOL_SPARE`` batch buffers, made here in the trainer."""
         # the random part keeps names apart where containers share /dev/shm but not pids
         prefix = f"lsr{os.getpid()}_{secrets.token_hex(4)}_{next(_ITERATORS)}_"
-        made = None
-        if batches and available():
-            made = pool.Pool.create(f"{prefix}p", buffers=slots + POOL_SPARE)
+        made, buffers = None, _pool_buffers(slots + POOL_SPARE)
+        if batches and available() and buffers >= 2:
+            made = pool.Pool.create(f"{prefix}p", buffers=buffers)
         if made is None:
             return cls(prefix, slots)
-        return cls(prefix, slots, made.name, slots + POOL_SPARE)
+        return cls(prefix, slots, made.name, buffers)
 
     def writer(self) -> pool.Writer | None:
         """In a worker: its writer into the channel's pool (``None`` without one)."""
@@ -139,6 +139,12 @@ def _free_shared_memory() -> int:
     except OSError:
         return 1 << 62
     return stats.f_bavail * stats.f_frsize
+
+
+def _pool_buffers(wanted: int) -> int:
+    """At most ``wanted`` pool buffers, and no more than a quarter of the space free in
+    ``/dev/shm`` (a container's small ``/dev/shm`` keeps room for the rings and torch)."""
+    return min(wanted, _free_shared_memory() // 4 // pool.CAPACITY)
 
 
 def _counter(memory: shared_memory.SharedMemory) -> np.ndarray:

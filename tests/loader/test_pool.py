@@ -197,3 +197,16 @@ def test_an_iterator_whose_workers_fail_to_start_leaves_no_pool(uri, tmp_path):
     assert result.stdout.startswith("failed"), result.stdout
     assert result.stdout.splitlines()[-1] == "[]", "the pool outlived the failed start"
     assert "leaked shared_memory" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("free", "buffers"), [(40 << 20, 0), (80 << 20, 2), (1 << 40, 40)])
+def test_the_pool_takes_at_most_a_quarter_of_the_free_shared_memory(monkeypatch, free, buffers):
+    """A container's small /dev/shm (Docker's default is 64 MiB) gets a smaller pool, or
+    none (the rings then carry every share), never one that could fill it."""
+    monkeypatch.setattr(transfer, "_free_shared_memory", lambda: free)
+    channel = transfer.Channel.new(slots=32)
+    try:
+        assert channel.buffers == buffers and bool(channel.pool_name) == (buffers > 0)
+        assert channel.buffers * pool.CAPACITY <= free // 4
+    finally:
+        transfer.release(channel, num_workers=0)
