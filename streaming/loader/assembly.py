@@ -67,7 +67,7 @@ class _Where:
 
     @classmethod
     def of(cls, slots: np.ndarray) -> _Where:
-        return cls(slots, _index(slots))
+        return cls(slots, index_of(slots))
 
 
 def _placed(values: list[Any], slots: list[np.ndarray], size: int) -> list[Any]:
@@ -79,9 +79,10 @@ def _placed(values: list[Any], slots: list[np.ndarray], size: int) -> list[Any]:
     return out
 
 
-def _index(where: np.ndarray) -> slice | np.ndarray:
-    """``where`` as a slice when its slots are evenly spaced (a worker's share of a
-    batch usually is: every k-th slot), which numpy copies much faster."""
+def index_of(where: np.ndarray) -> slice | np.ndarray:
+    """``where`` (slots of a batch's first dimension) as a slice when its slots are evenly
+    spaced (a worker's share of a batch usually is: every k-th slot), which numpy copies
+    much faster."""
     if len(where) < 2:
         return where
     first, step = int(where[0]), int(where[1] - where[0])
@@ -90,15 +91,10 @@ def _index(where: np.ndarray) -> slice | np.ndarray:
     return where
 
 
-def index_of(slots: np.ndarray) -> slice | np.ndarray:
-    """``slots`` as an index of a batch's first dimension: a slice when evenly spaced."""
-    return _index(slots)
-
-
 def columns(parts: Sequence[Mapping[str, Any]], slots: Sequence[np.ndarray], size: int) -> dict[str, Any]:
     """The batch of columnar shares (a dict of numpy arrays or lists each), in new
     arrays: each numeric column is copied once, share by share into its slots."""
-    where = [_index(part) for part in slots]
+    where = [index_of(part) for part in slots]
     out: dict[str, Any] = {}
     for name, first in parts[0].items():
         values = [part[name] for part in parts]
@@ -123,7 +119,7 @@ def _in_order(slots: np.ndarray, size: int) -> bool:
     """Whether ``slots`` are 0, 1, ..., size - 1 (a lone share of a batch usually is)."""
     if len(slots) != size or size == 0:
         return len(slots) == size
-    index = _index(slots)
+    index = index_of(slots)
     return int(slots[0]) == 0 and (size == 1 or (isinstance(index, slice) and index.step == 1))
 
 

@@ -136,28 +136,27 @@ def _place(items: list[WorkerBatch]) -> pool.Place | None:
     return places[0]
 
 
+def _layout(shares: list[WorkerBatch]) -> tuple[pool.Field, ...] | None:
+    """The one pool layout every share of the batch computed (``None``: none, or several)."""
+    first = shares[0].place
+    if first is None or not first.fields:
+        return None
+    if all(item.place is not None and item.place.fields == first.fields for item in shares):
+        return first.fields
+    return None
+
+
 def _written(shares: list[WorkerBatch]) -> bool:
     """Whether every share wrote its numeric columns into the pool, all in one layout."""
-    first = shares[0].place
-    return (
-        first is not None
-        and first.written
-        and all(
-            item.place is not None and item.place.written and item.place.fields == first.fields
-            for item in shares
-        )
-    )
+    written = all(item.place is not None and item.place.written for item in shares)
+    return written and _layout(shares) is not None
 
 
 def _adopt(shares: list[WorkerBatch]) -> None:
     """Every share of a whole batch computed one layout: the workers may write it."""
-    first = shares[0].place
-    if (
-        first is not None
-        and first.fields
-        and all(item.place is not None and item.place.fields == first.fields for item in shares)
-    ):
-        pool.lookup(first.pool).adopt(first.fields)
+    fields, first = _layout(shares), shares[0].place
+    if fields is not None and first is not None:
+        pool.lookup(first.pool).adopt(fields)
 
 
 def _in_place(shares: list[WorkerBatch], slots: list[Any], size: int) -> dict[str, Any]:

@@ -11,12 +11,11 @@ import warnings
 from collections import Counter
 from collections.abc import Iterator
 
-import boto3
 import lance
 import numpy as np
 import pyarrow as pa
 import pytest
-from moto.server import ThreadedMotoServer
+from moto_s3 import s3_server
 
 from streaming import BlobHandle, CacheWarning, StreamingDataLoader, StreamingDataset, StreamingMixture
 from streaming.core.profiles import BLOB_BUFFER_BYTES, PROFILES, sized_for_blobs
@@ -352,27 +351,8 @@ def test_the_default_plan_of_a_large_blob_table_is_sized_by_its_blobs(big, table
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     """moto's S3-compatible HTTP server on 127.0.0.1 (a thread of this process)."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        options = {
-            "aws_access_key_id": "AKIABLOBTEST",
-            "aws_secret_access_key": "blob-secret",
-            "aws_endpoint": f"http://{host}:{port}",
-            "aws_region": "us-east-1",
-            "allow_http": "true",
-        }
-        boto3.client(
-            "s3",
-            endpoint_url=options["aws_endpoint"],
-            aws_access_key_id=options["aws_access_key_id"],
-            aws_secret_access_key=options["aws_secret_access_key"],
-            region_name="us-east-1",
-        ).create_bucket(Bucket="blobs")
+    with s3_server("blobs", key_id="AKIABLOBTEST", secret="blob-secret") as options:
         yield options
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("cache", [False, True], ids=["bucket", "cache_dir"])

@@ -11,11 +11,10 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 
-import boto3
 import lance
 import lancedb
 import pytest
-from moto.server import ThreadedMotoServer
+from moto_s3 import s3_server
 
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning
 from streaming.core.profiles import PROFILES, sized
@@ -31,27 +30,8 @@ SECRETS = (KEY_ID, SECRET)
 @pytest.fixture(scope="module")
 def s3() -> Iterator[dict[str, str]]:
     """moto's S3-compatible HTTP server on 127.0.0.1 (a thread of this process; start() waits)."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id=KEY_ID,
-            aws_secret_access_key=SECRET,
-            region_name="us-east-1",
-        ).create_bucket(Bucket="tables")
-        yield {
-            "aws_access_key_id": KEY_ID,
-            "aws_secret_access_key": SECRET,
-            "aws_endpoint": endpoint,
-            "aws_region": "us-east-1",
-            "allow_http": "true",
-        }
-    finally:
-        server.stop()
+    with s3_server("tables", key_id=KEY_ID, secret=SECRET) as options:
+        yield options
 
 
 @pytest.fixture
