@@ -58,14 +58,6 @@ class Profile:
     equal size, at most this many offsets each, run in parallel, so reads of few, big
     fragments still use every read thread (0: one take per fragment, which Lance
     splits into requests itself)."""
-    take_blocks: int = 0
-    """When set, ``sized`` makes ``take_rows`` this many of its blocks (a take's bytes
-    follow the block's, whatever the rows hold). No profile sets it: two blocks per
-    take brought k=2's requests per row to 1.06x k=0's, but halved k=0's rows/s on a
-    1M-row table at 25 ms a request (docs/benchmarks.md)."""
-    first_take_alone: bool = False
-    """Start a fragment's other takes of a read once its first is done, so a remote
-    file's metadata is fetched once per process, not once per concurrent take."""
     schemes: tuple[str, ...] = ()
     """URI schemes ``storage_profile="auto"`` picks this profile for."""
     block_bytes: int | None = None
@@ -153,22 +145,15 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     is the largest power of two of rows within ``block_bytes`` (clamped to
     ``BLOCK_ROWS_RANGE``) and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read
     request carries one to two megabytes and a window draws from 128 blocks whatever
-    the rows hold; a profile with ``take_blocks`` takes that many blocks' rows at a
-    time (an I/O setting: the order does not depend on it). Without
-    a size (``None``) the profile is returned as it is (the remote numbers suit rows
-    of about 0.5 to 1 KiB).
+    the rows hold. Without a size (``None``) the profile is returned as it is (the
+    remote numbers suit rows of about 0.5 to 1 KiB).
     """
     if profile.block_bytes is None or row_bytes is None or row_bytes <= 0:
         return profile
     low, high = BLOCK_ROWS_RANGE
     fit = max(1, int(profile.block_bytes // row_bytes))
     block = min(high, max(low, 1 << (fit.bit_length() - 1)))
-    return dataclasses.replace(
-        profile,
-        block_rows=block,
-        shuffle_buffer_size=block * BLOCKS_PER_BUFFER,
-        take_rows=block * profile.take_blocks if profile.take_blocks else profile.take_rows,
-    )
+    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)
 
 
 def sized_for_blobs(profile: Profile, row_bytes: float) -> Profile:

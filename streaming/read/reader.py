@@ -44,7 +44,6 @@ class WindowSource:
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
     take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
-    first_take_alone: bool = False  # a fragment's other takes wait for its first (see source.read_rows)
     cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
     blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
     ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see read/planahead.py
@@ -83,13 +82,7 @@ class WindowSource:
                 take_rows=size,
             )
         return source.read_rows(
-            reading,
-            pieces,
-            columns=self.columns,
-            filter_index=index,
-            executor=executor,
-            take_rows=size,
-            first_take_alone=self.first_take_alone,
+            reading, pieces, columns=self.columns, filter_index=index, executor=executor, take_rows=size
         )
 
     def _converted(self, seconds: float) -> None:

@@ -12,7 +12,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -204,7 +204,6 @@ def read_rows(
     filter_index: FilterIndex | None,
     executor: Executor | None = None,
     take_rows: int = PROFILES["local"].take_rows,
-    first_take_alone: bool = False,
 ) -> pa.Table:
     """Read ``pieces`` (fragment id, ascending planned offsets) and concatenate them.
 
@@ -212,10 +211,8 @@ def read_rows(
     With ``executor`` pieces longer than ``take_rows`` offsets (unless 0) are cut
     into consecutive parts of about equal size, one take each, and the takes run on
     its threads, several at once: a take releases the GIL while Lance reads, so they
-    overlap each other and the trainer. With ``first_take_alone`` the other takes of
-    a fragment start once its first one is done, so its file's metadata is fetched
-    once (concurrent takes of an unread remote file would each fetch it). Either
-    way the rows come back in the order of ``pieces``.
+    overlap each other and the trainer. Either way the rows come back in the order
+    of ``pieces``.
     """
     names = list(columns)
 
@@ -227,39 +224,11 @@ def read_rows(
 
     if executor is None:
         tables = [take(piece) for piece in pieces]
-    elif first_take_alone:
-        tables = _take_first_alone(executor, take, _cut_pieces(pieces, take_rows))
     else:
         tables = list(executor.map(take, _cut_pieces(pieces, take_rows)))
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables)
-
-
-def _take_first_alone(
-    executor: Executor,
-    take: Callable[[tuple[int, np.ndarray]], pa.Table],
-    parts: list[tuple[int, np.ndarray]],
-) -> list[pa.Table]:
-    """``take`` of every part on ``executor``, in order: every fragment's first part at
-    once, a fragment's later parts once its first one is done (fragment by fragment).
-
-    Waits with ``Future.result`` only, which a pool shut down with ``cancel_futures``
-    wakes (``concurrent.futures.wait`` is not woken by such a cancel and would hang).
-    """
-    groups: dict[int, list[int]] = {}
-    for index, (fragment_id, _) in enumerate(parts):
-        groups.setdefault(fragment_id, []).append(index)
-    futures = {indices[0]: executor.submit(take, parts[indices[0]]) for indices in groups.values()}
-    try:
-        for indices in groups.values():
-            futures[indices[0]].result()  # a failed first take raises here
-            for index in indices[1:]:
-                futures[index] = executor.submit(take, parts[index])
-        return [futures[index].result() for index in range(len(parts))]
-    finally:
-        for future in futures.values():
-            future.cancel()
 
 
 def _cut_pieces(pieces: Sequence[tuple[int, np.ndarray]], take_rows: int) -> list[tuple[int, np.ndarray]]:

@@ -117,7 +117,6 @@ class TableView:
             transform_depth=options.transform_depth,
             transform_rng=options.transform_rng,
             take_rows=options.profile.take_rows,
-            first_take_alone=options.profile.first_take_alone,
             cache=options.cache,
             blobs=self.blobs,
         )

@@ -68,10 +68,9 @@ def test_rows_gather_each_order_of_a_chunked_table():
     assert windows[0].storage is windows[1].storage, "one conversion shared by the windows of a read"
 
 
-@pytest.mark.parametrize("first_take_alone", [False, True])  # the remote profile's order of takes
 @pytest.mark.parametrize("take_rows", [64, 0])  # large pieces cut into several takes; one per fragment
 @pytest.mark.parametrize("filtered", [False, True])
-def test_parallel_takes_read_what_serial_takes_read(tmp_path, filtered, take_rows, first_take_alone):
+def test_parallel_takes_read_what_serial_takes_read(tmp_path, filtered, take_rows):
     uri = make_table(tmp_path / "t.lance", [300, 7, 260], deleted=[3, 4, 5, 301, 400])
     dataset = lance.dataset(uri)
     index = source.build_filter_index(dataset, "id % 3 = 0") if filtered else None
@@ -94,7 +93,6 @@ def test_parallel_takes_read_what_serial_takes_read(tmp_path, filtered, take_row
             filter_index=index,
             executor=executor,
             take_rows=take_rows,
-            first_take_alone=first_take_alone,
         )
     assert parallel.equals(serial)
     assert serial.num_rows == sum(len(offsets) for _, offsets in pieces)
@@ -108,8 +106,7 @@ def test_takes_are_cut_into_near_equal_parts_none_longer_than_take_rows():
     assert np.array_equal(np.concatenate([planned for _, planned in parts[:4]]), offsets)
 
 
-@pytest.mark.parametrize("first_take_alone", [False, True])
-def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path, first_take_alone):
+def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path):
     uri = make_table(tmp_path / "t.lance", [300, 260], deleted=[])
     dataset = lance.dataset(uri)
     pieces = [(fragment, np.arange(count)) for fragment, count in zip(*source.fragment_rows(dataset))]
@@ -122,7 +119,6 @@ def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path
                 filter_index=None,
                 executor=executor,
                 take_rows=64,
-                first_take_alone=first_take_alone,
             )
         # the pool is free again: a read after the failure completes
         table = source.read_rows(
@@ -132,24 +128,6 @@ def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path
         table.column("id").to_pylist()
         == source.read_rows(dataset, pieces, columns=["id"], filter_index=None).column("id").to_pylist()
     )
-
-
-def test_a_read_on_a_pool_shut_down_raises_instead_of_waiting(tmp_path):
-    uri = make_table(tmp_path / "t.lance", [300, 260], deleted=[])
-    dataset = lance.dataset(uri)
-    pieces = [(fragment, np.arange(count)) for fragment, count in zip(*source.fragment_rows(dataset))]
-    executor = ThreadPoolExecutor(2)
-    executor.shutdown(cancel_futures=True)
-    with pytest.raises(RuntimeError, match="shutdown"):
-        source.read_rows(
-            dataset,
-            pieces,
-            columns=["id"],
-            filter_index=None,
-            executor=executor,
-            take_rows=64,
-            first_take_alone=True,
-        )
 
 
 def test_loader_batches_equal_default_collate_when_splits_are_at_different_windows(tmp_path):
