@@ -18,7 +18,6 @@ NAMES = (
     "filterplan",
     "workerpath",
     "plainpath",
-    "worker-pool",
     "remote",
     "remote-cache",
     "remote-first-batch",

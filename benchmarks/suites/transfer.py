@@ -45,7 +45,7 @@ def measure(*, count: int, rows: int, width: int, slots: bool) -> tuple[float, f
     """(batches per second, trainer CPU µs per batch) for one way of sending."""
     context = multiprocessing.get_context("forkserver")
     queue = context.Queue(maxsize=4)  # the DataLoader keeps a few batches in flight
-    channel = transfer.Channel.new(slots=6, batches=False) if slots else None
+    channel = transfer.Channel.new(slots=6) if slots else None
     child = context.Process(target=_send, args=(queue, count, rows, width, channel))
     child.start()
     received = 0

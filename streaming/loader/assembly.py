@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["assemble", "columns", "compact", "index_of"]
+__all__ = ["assemble", "columns", "compact"]
 
 
 def compact(slots: Sequence[np.ndarray], size: int) -> tuple[list[np.ndarray], int]:
@@ -67,7 +67,7 @@ class _Where:
 
     @classmethod
     def of(cls, slots: np.ndarray) -> _Where:
-        return cls(slots, index_of(slots))
+        return cls(slots, _index(slots))
 
 
 def _placed(values: list[Any], slots: list[np.ndarray], size: int) -> list[Any]:
@@ -79,10 +79,9 @@ def _placed(values: list[Any], slots: list[np.ndarray], size: int) -> list[Any]:
     return out
 
 
-def index_of(where: np.ndarray) -> slice | np.ndarray:
-    """``where`` (slots of a batch's first dimension) as a slice when its slots are evenly
-    spaced (a worker's share of a batch usually is: every k-th slot), which numpy copies
-    much faster."""
+def _index(where: np.ndarray) -> slice | np.ndarray:
+    """``where`` as a slice when its slots are evenly spaced (a worker's share of a
+    batch usually is: every k-th slot), which numpy copies much faster."""
     if len(where) < 2:
         return where
     first, step = int(where[0]), int(where[1] - where[0])
@@ -94,7 +93,7 @@ def index_of(where: np.ndarray) -> slice | np.ndarray:
 def columns(parts: Sequence[Mapping[str, Any]], slots: Sequence[np.ndarray], size: int) -> dict[str, Any]:
     """The batch of columnar shares (a dict of numpy arrays or lists each), in new
     arrays: each numeric column is copied once, share by share into its slots."""
-    where = [index_of(part) for part in slots]
+    where = [_index(part) for part in slots]
     out: dict[str, Any] = {}
     for name, first in parts[0].items():
         values = [part[name] for part in parts]
@@ -119,7 +118,7 @@ def _in_order(slots: np.ndarray, size: int) -> bool:
     """Whether ``slots`` are 0, 1, ..., size - 1 (a lone share of a batch usually is)."""
     if len(slots) != size or size == 0:
         return len(slots) == size
-    index = index_of(slots)
+    index = _index(slots)
     return int(slots[0]) == 0 and (size == 1 or (isinstance(index, slice) and index.step == 1))
 
 

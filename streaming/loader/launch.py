@@ -90,13 +90,8 @@ class Launch:
             _compat.forkserver_preload(loader.multiprocessing_context, PRELOAD)
         channel = self._channel()
         board = Board(loader.multiprocessing_context, loader.num_workers) if keep else None
-        try:
-            with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board):
-                batches = DataLoader.__iter__(loader)
-        except BaseException:  # no worker has mapped their shared memory yet: it goes now
-            if channel is not None:
-                transfer.release(channel, num_workers=loader.num_workers)
-            raise
+        with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board):
+            batches = DataLoader.__iter__(loader)
         supervise(batches, description="iter(loader)")  # dead workers, semaphore names
         if keep:  # the workers, their pipes and their shared memory live as long as the iterator
             self._board = board
@@ -111,7 +106,6 @@ class Launch:
         with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar):
             batches = DataLoader.__iter__(loader)  # torch's _reset: every worker calls iter() again
         assert self._board is not None
-        transfer.again(self._collate.channel)  # the workers acknowledged; they read after the post
         self._board.post(host.handover())
         return batches
 

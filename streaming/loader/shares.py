@@ -16,7 +16,7 @@ from typing import Any
 from .. import _compat
 from ..core import stats
 from ..dataset.board import Board
-from . import assembly, pool, transfer
+from . import assembly, transfer
 from .worker import WorkerBatch
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]
@@ -78,19 +78,9 @@ class Gathering:
             RuntimeError: a worker's shares ran out before the others'.
         """
         items = shares.next_batch()
-        place = _place(items)
-        try:
-            return self._gather(items, place)
-        finally:  # the batch's pool buffer goes on, unless its views were handed out
-            if place is not None:
-                pool.lookup(place.pool).settle(place.sequence)
-
-    def _gather(
-        self, items: list[WorkerBatch], place: pool.Place | None
-    ) -> tuple[list[WorkerBatch], Any] | None:
         present = [item for item in items if item.count]
-        if present and all(item.numpy for item in present):  # columns: from the pool, or merged
-            merged = self._columns(present, items[0].size, place)
+        if present and all(item.numpy for item in present):  # columns: merged straight from the slots
+            merged = self._columns(present, items[0].size)
             return None if merged is None else (items, merged)
         parts = [item.unwrap() for item in present]  # before the commit: a failure here was not delivered
         if not present:
@@ -103,72 +93,20 @@ class Gathering:
             batch = _compat.pin_memory(batch, self.pin_device)
         return items, batch
 
-    def _columns(self, shares: list[WorkerBatch], size: int, place: pool.Place | None) -> Any:
-        """The batch of columnar shares: views of the pool buffer its workers wrote, else
-        numeric columns copied once, from where they lie into the batch (then the
-        workers' shared-memory slots are free again)."""
+    def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
+        """The batch of columnar shares: numeric columns copied once, from the workers'
+        shared-memory slots into the batch (then the slots are free again)."""
         from ..read.assemble import to_tensors
 
         try:
-            slots, filled = assembly.compact([item.slots for item in shares], size)
-            if self.drop_last and filled < self.batch_size:
+            slots, size = assembly.compact([item.slots for item in shares], size)
+            if self.drop_last and size < self.batch_size:
                 return None
-            if place is not None and filled == size:
-                if _written(shares):
-                    return to_tensors(_in_place(shares, slots, size))
-                _adopt(shares)
-            merged = assembly.columns([item.columns() for item in shares], slots, filled)
+            merged = assembly.columns([item.columns() for item in shares], slots, size)
         finally:
             for item in shares:
                 item.done()
         return to_tensors(merged)
-
-
-def _place(items: list[WorkerBatch]) -> pool.Place | None:
-    """The batch's place in its pool (every worker numbers its shares alike)."""
-    places = [item.place for item in items if item.place is not None]
-    if not places:
-        return None
-    if len({(found.pool, found.sequence) for found in places}) > 1:
-        raise RuntimeError(
-            f"the workers' shares of one batch are numbered differently ({places}): the workers disagree"
-        )
-    return places[0]
-
-
-def _layout(shares: list[WorkerBatch]) -> tuple[pool.Field, ...] | None:
-    """The one pool layout every share of the batch computed (``None``: none, or several)."""
-    first = shares[0].place
-    if first is None or not first.fields:
-        return None
-    if all(item.place is not None and item.place.fields == first.fields for item in shares):
-        return first.fields
-    return None
-
-
-def _written(shares: list[WorkerBatch]) -> bool:
-    """Whether every share wrote its numeric columns into the pool, all in one layout."""
-    written = all(item.place is not None and item.place.written for item in shares)
-    return written and _layout(shares) is not None
-
-
-def _adopt(shares: list[WorkerBatch]) -> None:
-    """Every share of a whole batch computed one layout: the workers may write it."""
-    fields, first = _layout(shares), shares[0].place
-    if fields is not None and first is not None:
-        pool.lookup(first.pool).adopt(fields)
-
-
-def _in_place(shares: list[WorkerBatch], slots: list[Any], size: int) -> dict[str, Any]:
-    """The batch whose numeric columns lie in the pool: views of its buffer, held until no
-    tensor of them is left; other columns (strings) merged from the messages."""
-    place = shares[0].place
-    assert place is not None
-    arrays = pool.lookup(place.pool).hold(place)
-    first = shares[0].batch
-    rest = [{key: value for key, value in item.batch.items() if key not in arrays} for item in shares]
-    merged = assembly.columns(rest, slots, size) if rest[0] else {}
-    return {key: arrays[key] if key in arrays else merged[key] for key in first}
 
 
 def single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:

@@ -37,21 +37,8 @@ from multiprocessing import shared_memory
 import numpy as np
 
 from .. import _compat
-from . import pool
 
-__all__ = [
-    "Channel",
-    "Parcel",
-    "Ring",
-    "again",
-    "available",
-    "done",
-    "receive",
-    "release",
-    "restart",
-    "send",
-    "views",
-]
+__all__ = ["Channel", "Parcel", "Ring", "available", "done", "receive", "release", "restart", "send", "views"]
 
 _ALIGN = 64
 """Bytes each array's offset is rounded up to; also the size of the segment's header."""
@@ -61,9 +48,6 @@ MAX_SLOT_BYTES = 8 << 20
 
 MAX_RING_BYTES = 64 << 20
 """A worker's ring has fewer slots (at least 2) where ``slots`` of them would pass this."""
-
-POOL_SPARE = 8
-"""Pool buffers beyond ``slots``: batches the trainer still references."""
 
 _ITERATORS = itertools.count()
 
@@ -97,26 +81,12 @@ class Channel:
 
     prefix: str
     slots: int
-    pool_name: str = ""
-    """The name of the workers' shared batch buffers (``pool``); empty without one."""
-    buffers: int = 0
 
     @classmethod
-    def new(cls, *, slots: int, batches: bool = True) -> Channel:
-        """A channel with names no other iterator of a live process uses, and (with
-        ``batches``) its pool of ``slots + POOL_SPARE`` batch buffers, made here in the trainer."""
+    def new(cls, *, slots: int) -> Channel:
+        """A channel with names no other iterator of a live process uses."""
         # the random part keeps names apart where containers share /dev/shm but not pids
-        prefix = f"lsr{os.getpid()}_{secrets.token_hex(4)}_{next(_ITERATORS)}_"
-        made, buffers = None, _pool_buffers(slots + POOL_SPARE)
-        if batches and available() and buffers >= 2:
-            made = pool.Pool.create(f"{prefix}p", buffers=buffers)
-        if made is None:
-            return cls(prefix, slots)
-        return cls(prefix, slots, made.name, buffers)
-
-    def writer(self) -> pool.Writer | None:
-        """In a worker: its writer into the channel's pool (``None`` without one)."""
-        return pool.writer(self.pool_name, buffers=self.buffers) if self.pool_name else None
+        return cls(f"lsr{os.getpid()}_{secrets.token_hex(4)}_{next(_ITERATORS)}_", slots)
 
     def segment(self, worker: int) -> str:
         """The shared-memory name of ``worker``'s ring."""
@@ -139,12 +109,6 @@ def _free_shared_memory() -> int:
     except OSError:
         return 1 << 62
     return stats.f_bavail * stats.f_frsize
-
-
-def _pool_buffers(wanted: int) -> int:
-    """At most ``wanted`` pool buffers, and no more than a quarter of the space free in
-    ``/dev/shm`` (a container's small ``/dev/shm`` keeps room for the rings and torch)."""
-    return min(wanted, _free_shared_memory() // 4 // pool.CAPACITY)
 
 
 def _counter(memory: shared_memory.SharedMemory) -> np.ndarray:
@@ -284,21 +248,8 @@ def done(parcel: Parcel) -> None:
         del copied  # no view may outlive the mapping
 
 
-def again(channel: Channel | None) -> None:
-    """In the trainer, when persistent workers start another iterator (after they
-    acknowledged it, before they read): its batches are numbered from 0 again."""
-    found = None if channel is None or not channel.pool_name else pool.find(channel.pool_name)
-    if found is not None:
-        found.restart()
-
-
 def release(channel: Channel, *, num_workers: int) -> None:
-    """In the trainer, once the channel's workers have stopped: unmap and unlink its
-    segments (the pool's mapping stays while tensors of it live)."""
-    if channel.pool_name:
-        found = pool.find(channel.pool_name)
-        if found is not None:
-            found.close()
+    """In the trainer, once the channel's workers have stopped: unmap and unlink its segments."""
     with _LOCK:
         for worker in range(num_workers):
             segment = channel.segment(worker)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import _compat
 from ..core.progress import WorkerReport
-from . import assembly, byvalue, outputs, pool, seeding, transfer
+from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
     from ..dataset.striped import Slice
@@ -52,8 +52,6 @@ class WorkerBatch:
     packed: bool = False
     notice: str | None = None
     """Raised as ``SeededTransformWarning`` in the trainer (see ``seeding``)."""
-    place: pool.Place | None = None
-    """The share's number in its iterator's pool, and the columns it wrote there (``pool``)."""
 
     @property
     def count(self) -> int:
@@ -79,30 +77,17 @@ class WorkerBatch:
         if self.parcel is not None:
             arrays = transfer.receive(self.parcel)
             batch = {key: arrays.get(key, value) for key, value in batch.items()}
-        if self.place is not None and self.place.written:
-            rows = self._placed()
-            batch = {key: rows[key].copy() if key in rows else value for key, value in batch.items()}
         return to_tensors(batch)
-
-    def _placed(self) -> dict[str, np.ndarray]:
-        """This share's rows of the columns it wrote into the pool, where they lie."""
-        assert self.place is not None
-        where = assembly.index_of(self.slots)
-        return {name: whole[where] for name, whole in pool.lookup(self.place.pool).views(self.place).items()}
 
     def columns(self) -> dict[str, Any]:
         """A ``numpy`` share's columns as they arrived: numeric ones as numpy arrays, those
-        in a shared-memory slot or the pool as views of it (copy them, then call ``done``)."""
+        in a shared-memory slot as views of it (copy them, then call ``done``)."""
         if self.notice is not None:
             seeding.warn(self.notice)
-        batch = dict(self.batch)
-        if self.parcel is not None:
-            arrays = transfer.views(self.parcel)
-            batch = {key: arrays.get(key, value) for key, value in batch.items()}
-        if self.place is not None and self.place.written:
-            rows = self._placed()
-            batch = {key: rows.get(key, value) for key, value in batch.items()}
-        return batch
+        if self.parcel is None:
+            return dict(self.batch)
+        arrays = transfer.views(self.parcel)
+        return {key: arrays.get(key, value) for key, value in self.batch.items()}
 
     def done(self) -> None:
         """The columns of ``columns()`` were copied out: the worker may reuse their slot."""
@@ -113,9 +98,7 @@ class WorkerBatch:
         """Pin the share (called by the DataLoader's pin-memory thread); ``assembly``
         then builds the batch in pinned memory too."""
         batch = self.batch if self.raw or self.count == 0 else _compat.pin_memory(self.unwrap(), device)
-        # copied out of the pool: the trainer only settles the batch's buffer
-        place = None if self.place is None else pool.Place(self.place.pool, self.place.sequence)
-        return WorkerBatch(batch, self.report, self.slots, self.size, raw=self.raw, place=place)
+        return WorkerBatch(batch, self.report, self.slots, self.size, raw=self.raw)
 
 
 _PIPE_BYTES = byvalue.MAX_BYTES
@@ -174,15 +157,9 @@ class ReportingCollate:
 
     def _share(self, item: Slice, worker: Any) -> WorkerBatch:
         report = item.report
-        writer = None
-        if worker is not None and self.channel is not None:
-            if item.first:
-                transfer.restart(self.channel, worker.id)  # a persistent worker's new iterator
-            writer = self.channel.writer()
-            if writer is not None:
-                writer.next(first=item.first)
-        place = None if writer is None else pool.Place(writer.name, writer.sequence)
-        share = functools.partial(WorkerBatch, slots=item.slots, size=item.size, place=place)
+        if item.first and worker is not None and self.channel is not None:
+            transfer.restart(self.channel, worker.id)  # a persistent worker's new iterator
+        share = functools.partial(WorkerBatch, slots=item.slots, size=item.size)
         if item.count == 0:
             return share(None, report)
         if self.raw:
@@ -195,16 +172,7 @@ class ReportingCollate:
             return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
         from ..read.assemble import finish, to_tensors
 
-        if writer is not None:
-            laid: list[Any] = []  # the share's layout, and whether it was written in the pool
-            batch = finish(item.items, as_numpy=True, into=functools.partial(_into, writer, item, laid))
-            if laid:
-                place = pool.Place(writer.name, writer.sequence, *laid)
-                share = functools.partial(share, place=place)
-                if place.written:
-                    return share(batch, report, numpy=True)
-        else:
-            batch = finish(item.items, as_numpy=worker is not None)
+        batch = finish(item.items, as_numpy=worker is not None)
         if worker is None:
             return share(batch, None)
         if self.channel is not None:
@@ -216,20 +184,6 @@ class ReportingCollate:
         if _pipe_sized(batch):
             return share(batch, report, numpy=True)
         return share(to_tensors(batch), report)  # large: shared memory beats the pipe
-
-
-def _into(writer: pool.Writer, item: Slice, laid: list[Any], specs: Any) -> dict[str, tuple[np.ndarray, Any]]:
-    """Where ``finish`` writes the share's numeric columns: their slots of the whole
-    batch's columns in the pool (nothing when its buffer is not this batch's, or the
-    trainer has not adopted the layout). ``laid`` gets the layout and whether it is
-    written there."""
-    fields = pool.layout(item.size, list(item.items), specs)
-    targets = writer.targets(fields) if fields else None
-    laid[:] = [fields, targets is not None] if fields else []
-    if targets is None:
-        return {}
-    where = assembly.index_of(item.slots)
-    return {name: (target, where) for name, target in targets.items()}
 
 
 class WorkerInit:

@@ -14,7 +14,7 @@ result is identical to ``default_collate([row dicts])`` by construction.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,36 +198,16 @@ def iterate_batches(
             yield batch
 
 
-Specs = dict[str, tuple[np.dtype, tuple[int, ...]]]
-"""Each numeric column's dtype and row shape, as ``finish`` would give it."""
-
-
-def finish(
-    pieces: dict[str, list[Any]],
-    *,
-    as_numpy: bool = False,
-    into: Callable[[Specs], Mapping[str, tuple[np.ndarray, Any]]] | None = None,
-) -> dict[str, Any]:
+def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str, Any]:
     """The batch ``default_collate`` would make of these rows' dicts.
 
     With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
     them in the trainer): a worker process sends them through its shared-memory
     slots (``transfer``) or its result pipe, both several times faster here than
     torch's one shared-memory file per tensor.
-
-    ``into(specs)`` (a worker writing into a shared batch) is given each numeric
-    column's dtype and row shape and returns, for the columns it takes, an array
-    and an index of it (a slice or an index array) to write the rows to; those
-    columns are gathered straight there, each row once, and hold ``None`` in the
-    result.
     """
-    targets = into(_specs(pieces)) if into is not None else {}
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
-        if name in targets:
-            _write(parts, *targets[name])
-            batch[name] = None
-            continue
         array = _gather_once(parts)
         if array is None:
             parts = [part.values() if isinstance(part, _Gathered) else part for part in parts]
@@ -243,34 +223,6 @@ def finish(
             except (TypeError, RuntimeError) as error:
                 raise TypeError(_unbatchable(name, values, error)) from error
     return batch
-
-
-def _specs(pieces: dict[str, list[Any]]) -> Specs:
-    """The dtype and row shape of each column ``finish`` makes a numpy array of without
-    promoting (one per column type, whichever rows a process read)."""
-    specs: Specs = {}
-    for name, parts in pieces.items():
-        arrays = [part.column if isinstance(part, _Gathered) else part for part in parts]
-        if arrays and all(_vectorisable(array) for array in arrays):
-            kinds = {(array.dtype, array.shape[1:]) for array in arrays}
-            if len(kinds) == 1:
-                specs[name] = kinds.pop()
-    return specs
-
-
-def _write(parts: list[Any], target: np.ndarray, index: Any) -> None:
-    """Put the rows of ``parts`` at ``target[index]`` (one gather when they come from one
-    storage column)."""
-    first = parts[0]
-    one = isinstance(first, _Gathered) and all(
-        isinstance(part, _Gathered) and part.column is first.column for part in parts
-    )
-    if one:
-        indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
-        target[index] = gather(first.column, indices)  # faster than a take into strided rows
-        return
-    values = [part.values() if isinstance(part, _Gathered) else part for part in parts]
-    target[index] = values[0] if len(values) == 1 else np.concatenate(values)
 
 
 def _gather_once(parts: list[Any]) -> np.ndarray | None:

@@ -15,7 +15,7 @@ from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.dataset import striped
-from streaming.loader import pool, transfer
+from streaming.loader import transfer
 from streaming.loader.launch import PRELOAD
 
 from helpers import make_table
@@ -53,7 +53,7 @@ def close_ring(segment: str) -> None:
 
 @pytest.fixture
 def channel():
-    made = transfer.Channel.new(slots=2, batches=False)  # the rings alone (the pool: test_pool.py)
+    made = transfer.Channel.new(slots=2)
     yield made
     transfer.release(made, num_workers=1)
     close_ring(made.segment(0))
@@ -118,7 +118,7 @@ def test_no_ring_takes_more_than_a_quarter_of_the_free_shared_memory(channel, mo
 
 def test_a_release_from_inside_a_receive_does_not_deadlock(channel):
     """A dropped iterator's finalizer may run (garbage collection) while ``receive`` holds the lock."""
-    other = transfer.Channel.new(slots=2, batches=False)
+    other = transfer.Channel.new(slots=2)
     assert transfer.send(other, 0, arrays(1)) is not None
     done = threading.Event()
 
@@ -142,7 +142,7 @@ def test_segments_are_unlinked_when_received_or_released(channel):
     transfer.receive(parcel)
     assert segments_of(channel) == [], "mapped by the trainer, the name is gone"
 
-    unreceived = transfer.Channel.new(slots=2, batches=False)
+    unreceived = transfer.Channel.new(slots=2)
     assert transfer.send(unreceived, 3, arrays(1)) is not None
     assert segments_of(unreceived) == [unreceived.segment(3)]
     transfer.release(unreceived, num_workers=4)
@@ -247,35 +247,26 @@ def test_nothing_in_the_preload_list_imports_lance():
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("way", ["slots", "pool"])
-def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypatch, way):
-    """If copying a batch out (or mapping it from the pool) fails (interrupt, no memory),
-    the checkpoint must not count it."""
-    owner, name = (transfer, "views") if way == "slots" else (pool.Pool, "hold")
-    real_views = getattr(owner, name)
+def test_a_batch_that_fails_on_arrival_is_not_counted_as_delivered(uri, monkeypatch):
+    """If copying a batch out fails (interrupt, no memory), the checkpoint must not count it."""
+    real_views = transfer.views
     received = []
-    if way == "slots":  # no pool: every batch goes through the workers' rings
-        monkeypatch.setattr(pool.Pool, "create", classmethod(lambda cls, name, *, buffers: None))
 
-    def failing(*args):
-        # slots: the second share of the fourth batch; pool: the first batch handed out as views
-        # (the first batches come through the rings until the trainer adopted their layout)
-        if len(received) == (7 if way == "slots" else 0):
+    def failing(parcel):
+        if len(received) == 7:  # the second share of the fourth batch (each batch: one share per worker)
             raise KeyboardInterrupt
-        received.append(args)
-        return real_views(*args)
+        received.append(parcel)
+        return real_views(parcel)
 
-    monkeypatch.setattr(owner, name, failing)
+    monkeypatch.setattr(transfer, "views", failing)
     first = loader(uri, 2, batch_size=4)
     iterator = iter(first)
-    delivered = []
-    with pytest.raises(KeyboardInterrupt):  # within the epoch
-        for batch in iterator:
-            delivered.append(batch["id"].tolist())
-    assert delivered, "the failure came after some batches"
+    delivered = [next(iterator)["id"].tolist() for _ in range(3)]
+    with pytest.raises(KeyboardInterrupt):
+        next(iterator)
     assert not iterator.live, "the failed iterator is closed"
     state = first.state_dict()  # after the last batch the trainer received
-    monkeypatch.setattr(owner, name, real_views)
+    monkeypatch.setattr(transfer, "views", real_views)
     resumed = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=64)
     resumed.load_state_dict(state)
     rest = [row for batch in loader_of(resumed) for row in batch["id"].tolist()]
