@@ -26,6 +26,7 @@ at once with the fix.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,12 +50,15 @@ _OFFSET = "_rowoffset"
 
 
 def is_remote(table: Any) -> bool:
-    """True for a table handle of a LanceDB server (``lancedb.connect("db://...")``)."""
-    try:
-        from lancedb.remote.table import RemoteTable
-    except ImportError:  # pragma: no cover - lancedb is a dependency
-        return False
-    return isinstance(table, RemoteTable)
+    """True for a table handle of a LanceDB server (``lancedb.connect("db://...")``).
+
+    Imports nothing: such a handle exists only once lancedb's remote client has been
+    imported, so a URI or a ``lance.LanceDataset`` never pays lancedb's import (about
+    a second).
+    """
+    module = sys.modules.get("lancedb.remote.table")
+    remote_table = getattr(module, "RemoteTable", None)
+    return remote_table is not None and isinstance(table, remote_table)
 
 
 @dataclass(frozen=True)

@@ -374,3 +374,19 @@ def test_a_blob_column_of_a_remote_table_is_refused_at_construction_naming_it(ro
         StreamingDataset(table, num_splits=2, shuffle_seed=4)
     plain = StreamingDataset(table, num_splits=2, shuffle_seed=4, columns=["id", "label"])
     assert sorted(ids_of(plain)) == list(range(40))
+
+
+def test_a_local_table_never_imports_lancedb(tmp_path):
+    """A URI or a lance.LanceDataset is told from a server's table without importing
+    lancedb (about a second of start-up), and still reads."""
+    uri = str(tmp_path / "local.lance")
+    lance.write_dataset(pa.table({"id": list(range(64))}), uri)
+    script = (
+        "import sys, lance\n"
+        "from streaming import StreamingDataset\n"
+        f"for table in ({uri!r}, lance.dataset({uri!r})):\n"
+        "    assert sorted(row['id'] for row in StreamingDataset(table, num_splits=2)) == list(range(64))\n"
+        "print('lancedb' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
