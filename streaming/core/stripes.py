@@ -25,6 +25,9 @@ import numpy as np
 
 __all__ = ["RankOrder", "Stripe"]
 
+_SLOTS_KEPT = 256
+"""Distinct stripes a ``RankOrder`` keeps worked out (one per place in a segment's period)."""
+
 
 @dataclass(frozen=True)
 class _Segment:
@@ -62,6 +65,7 @@ class RankOrder:
                 offset += (high - low) * len(active)
         self.total = offset
         self._offsets = [segment.offset for segment in self._segments]
+        self._slots: dict[tuple[int, ...], np.ndarray] = {}
 
     def positions(self, low: int, high: int) -> np.ndarray:
         """The split position of each rank sample in [low, high) (clipped to ``total``)."""
@@ -78,6 +82,29 @@ class RankOrder:
             parts.append(segment.active[within % width])
             low, index = stop, index + 1
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def slots(self, low: int, high: int, *, worker: int, workers: int) -> np.ndarray:
+        """Indices i in [0, high - low) of the rank samples low + i that come from a split
+        position j with j % workers == worker, ascending (read-only).
+
+        Inside one segment the positions repeat with the segment's width, so the answer
+        depends only on where in that period ``low`` falls: it is worked out once and
+        shared by every batch that falls there alike.
+        """
+        high = min(high, self.total)
+        index = max(0, bisect.bisect_right(self._offsets, low) - 1) if high > low else -1
+        segment = self._segments[index] if index >= 0 else None
+        if segment is None or high > segment.offset + (segment.high - segment.low) * len(segment.active):
+            return np.flatnonzero(self.positions(low, high) % workers == worker)
+        key = (index, (low - segment.offset) % len(segment.active), high - low, worker, workers)
+        found = self._slots.get(key)
+        if found is None:
+            if len(self._slots) >= _SLOTS_KEPT:
+                self._slots.clear()
+            found = np.flatnonzero(self.positions(low, high) % workers == worker)
+            found.flags.writeable = False
+            self._slots[key] = found
+        return found
 
     def counts(self, count: int) -> np.ndarray:
         """How many of the first ``count`` samples each split position gives, by
@@ -113,10 +140,9 @@ class Stripe:
     def slots(self, batch: int) -> np.ndarray:
         """Slots (indices in batch ``batch``) of this worker's samples, ascending."""
         low = batch * self.batch_size
-        positions = self.order.positions(low, low + self.batch_size)
         if self.workers == 1:
-            return np.arange(len(positions), dtype=np.int64)
-        return np.flatnonzero(positions % self.workers == self.worker)
+            return np.arange(len(self.order.positions(low, low + self.batch_size)), dtype=np.int64)
+        return self.order.slots(low, low + self.batch_size, worker=self.worker, workers=self.workers)
 
     def size(self, batch: int) -> int:
         """Samples in batch ``batch`` (all workers together)."""

@@ -3,7 +3,7 @@ balance of a partial cycle on another world size (hypothesis)."""
 
 from __future__ import annotations
 
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from streaming.core.balance import balanced
@@ -52,6 +52,27 @@ def test_stripes_cover_every_batch_once_and_follow_each_workers_order(ranges, wo
             mine[worker] += [expected[index * batch + slot] for slot in stripe.slots(index).tolist()]
     for worker in range(workers):
         assert mine[worker] == [j for j in expected if j % workers == worker]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ranges=ranges,
+    workers=st.integers(1, 4),
+    lows=st.lists(st.integers(0, 40), max_size=6),
+    span=st.integers(0, 40),
+)
+@example(ranges=([0, 0, 0], [5, 5, 5]), workers=3, lows=[0, 1], span=4)
+def test_a_workers_slots_are_the_same_worked_out_or_remembered(ranges, workers, lows, span):
+    """``RankOrder.slots`` remembers a stripe per place in a segment's period: asked again,
+    for any window, it answers what the definition gives."""
+    starts, ends = ranges
+    order = RankOrder(starts, ends)
+    expected = brute_order(starts, ends)
+    for low in [*lows, *lows]:
+        for worker in range(workers):
+            here = expected[low : low + span]
+            wanted = [i for i, j in enumerate(here) if j % workers == worker]
+            assert order.slots(low, low + span, worker=worker, workers=workers).tolist() == wanted
 
 
 @settings(max_examples=300, deadline=None)
