@@ -27,6 +27,7 @@ worker on the pipe, which is slower but carries the same data.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import secrets
 import threading
@@ -38,7 +39,20 @@ import numpy as np
 
 from .. import _compat
 
-__all__ = ["Channel", "Parcel", "Ring", "available", "done", "receive", "release", "restart", "send", "views"]
+__all__ = [
+    "Channel",
+    "Layout",
+    "Parcel",
+    "Ring",
+    "available",
+    "claim",
+    "done",
+    "receive",
+    "release",
+    "restart",
+    "send",
+    "views",
+]
 
 _ALIGN = 64
 """Bytes each array's offset is rounded up to; also the size of the segment's header."""
@@ -65,8 +79,15 @@ def _aligned(size: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
 
-def _slot_bytes(arrays: Mapping[str, np.ndarray]) -> int:
-    return sum(_aligned(array.nbytes) for array in arrays.values())
+Layout = tuple[np.dtype, tuple[int, ...]]
+"""An array's dtype and shape, before it exists."""
+
+Claimed = tuple["Parcel", dict[str, np.ndarray]]
+"""A claimed slot: the parcel that will describe its arrays, and the arrays to fill."""
+
+
+def _layout_bytes(layout: Mapping[str, Layout]) -> int:
+    return sum(_aligned(np.dtype(dtype).itemsize * math.prod(shape)) for dtype, shape in layout.values())
 
 
 @dataclass(frozen=True)
@@ -155,18 +176,30 @@ class Ring:
 
     def put(self, arrays: Mapping[str, np.ndarray]) -> Parcel | None:
         """Copy ``arrays`` into the next slot; ``None`` (nothing written) if it is not free or too small."""
-        if _slot_bytes(arrays) > self._slot_bytes or self._sent - int(self._copied[0]) >= self._slots:
+        claimed = self.claim({name: (array.dtype, array.shape) for name, array in arrays.items()})
+        if claimed is None:
+            return None
+        parcel, targets = claimed
+        for name, array in arrays.items():
+            np.copyto(targets[name], array, casting="no")
+        return parcel
+
+    def claim(self, layout: Mapping[str, Layout]) -> Claimed | None:
+        """The next slot, for arrays of ``layout`` (name -> dtype and shape): the parcel
+        that will describe them and the arrays themselves, in the slot, to be filled in
+        before the parcel is sent. ``None`` (nothing claimed) if it is not free or too small."""
+        if _layout_bytes(layout) > self._slot_bytes or self._sent - int(self._copied[0]) >= self._slots:
             return None
         sequence = self._sent
         self._sent += 1
         offset = _ALIGN + (sequence % self._slots) * self._slot_bytes
-        fields = []
-        for name, array in arrays.items():
-            target = np.ndarray(array.shape, array.dtype, buffer=self._memory.buf, offset=offset)
-            np.copyto(target, array, casting="no")
-            fields.append((name, array.dtype.str, tuple(array.shape), offset))
-            offset += _aligned(array.nbytes)
-        return Parcel(self._memory.name, sequence, tuple(fields))
+        fields, targets = [], {}
+        for name, (dtype, shape) in layout.items():
+            target = np.ndarray(shape, dtype, buffer=self._memory.buf, offset=offset)
+            targets[name] = target
+            fields.append((name, target.dtype.str, tuple(target.shape), offset))
+            offset += _aligned(target.nbytes)
+        return Parcel(self._memory.name, sequence, tuple(fields)), targets
 
     def restart(self) -> None:
         """Start counting parcels again (a persistent worker's next iterator): the trainer
@@ -189,13 +222,28 @@ def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Par
     The ring's slots are sized for the first batch (later batches of a loader are
     never larger; one that is goes through the pipe). ``None``: use the pipe.
     """
+    ring = _ring(channel, worker, {name: (array.dtype, array.shape) for name, array in arrays.items()})
+    return None if ring is None else ring.put(arrays)
+
+
+def claim(
+    channel: Channel, worker: int, layout: Mapping[str, Layout]
+) -> tuple[Parcel, dict[str, np.ndarray]] | None:
+    """In worker ``worker``: the next slot of its ring of ``channel`` (made on first use)
+    for arrays of ``layout``, to be written where they lie (``Ring.claim``); ``None``:
+    no slot, make the arrays elsewhere and use the pipe."""
+    ring = _ring(channel, worker, layout)
+    return None if ring is None else ring.claim(layout)
+
+
+def _ring(channel: Channel, worker: int, layout: Mapping[str, Layout]) -> Ring | None:
+    """Worker ``worker``'s ring, made on first use with slots the size of ``layout``."""
     key = channel.segment(worker)
     if key not in _RINGS:
-        size = _slot_bytes(arrays)
+        size = _layout_bytes(layout)
         fits = 0 < size <= MAX_SLOT_BYTES
         _RINGS[key] = Ring.create(key, slots=channel.slots, slot_bytes=size) if fits else None
-    ring = _RINGS[key]
-    return None if ring is None else ring.put(arrays)
+    return _RINGS[key]
 
 
 def restart(channel: Channel, worker: int) -> None:

@@ -170,11 +170,19 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
-        from ..read.assemble import finish, to_tensors
+        from ..read.assemble import finish, layout, to_tensors
 
-        batch = finish(item.items, as_numpy=worker is not None)
         if worker is None:
-            return share(batch, None)
+            return share(finish(item.items), None)
+        shapes = layout(item.items) if self.channel is not None else None
+        if self.channel is not None and shapes:
+            claimed = transfer.claim(self.channel, worker.id, shapes)
+            if claimed is not None:  # the numeric columns are gathered straight into the slot
+                targets = claimed[1]
+                batch = finish(item.items, as_numpy=True, out=targets)
+                rest = {key: None if key in targets else value for key, value in batch.items()}
+                return share(rest, report, numpy=True, parcel=claimed[0])
+        batch = finish(item.items, as_numpy=True)
         if self.channel is not None:
             arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
             parcel = transfer.send(self.channel, worker.id, arrays) if arrays else None

@@ -27,7 +27,7 @@ from .iterate import CHUNK_ROWS, lowest_level
 from .reader import SplitReaders, Window, WindowSource, open_readers
 from .rows import Rows, gather
 
-__all__ = ["finish", "iterate_batches", "to_tensors"]
+__all__ = ["finish", "iterate_batches", "layout", "to_tensors"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -198,16 +198,41 @@ def iterate_batches(
             yield batch
 
 
-def finish(pieces: dict[str, list[Any]], *, as_numpy: bool = False) -> dict[str, Any]:
+def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """The dtype and shape of each column ``finish`` makes a numpy array of, worked out
+    without copying a row (so a worker can hand ``finish`` the arrays to fill)."""
+    found = {}
+    for name, parts in pieces.items():
+        columns = [part.column if isinstance(part, _Gathered) else part for part in parts]
+        first: Any = columns[0] if columns else None
+        if not _vectorisable(first):
+            continue
+        kind = (first.dtype, first.shape[1:])
+        if all(
+            column is first or (_vectorisable(column) and (column.dtype, column.shape[1:]) == kind)
+            for column in columns
+        ):
+            found[name] = (first.dtype, (sum(len(part) for part in parts), *kind[1]))
+    return found
+
+
+def finish(
+    pieces: dict[str, list[Any]], *, as_numpy: bool = False, out: dict[str, np.ndarray] | None = None
+) -> dict[str, Any]:
     """The batch ``default_collate`` would make of these rows' dicts.
 
     With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
     them in the trainer): a worker process sends them through its shared-memory
     slots (``transfer``) or its result pipe, both several times faster here than
-    torch's one shared-memory file per tensor.
+    torch's one shared-memory file per tensor. ``out`` holds arrays of ``layout``
+    to write columns into instead of new arrays (a worker's slot); the batch then
+    holds them.
     """
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
+        if out is not None and name in out:
+            batch[name] = _fill(parts, out[name])
+            continue
         array = _gather_once(parts)
         if array is None:
             parts = [part.values() if isinstance(part, _Gathered) else part for part in parts]
@@ -235,6 +260,25 @@ def _gather_once(parts: list[Any]) -> np.ndarray | None:
     indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
     result: np.ndarray = gather(first.column, indices)  # type: ignore[assignment]
     return result
+
+
+def _fill(parts: list[Any], target: np.ndarray) -> np.ndarray:
+    """Write a numeric column's parts into ``target`` (of their ``layout``), one after another."""
+    first = parts[0]
+    if isinstance(first, _Gathered) and all(
+        isinstance(p, _Gathered) and p.column is first.column for p in parts
+    ):
+        indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
+        # "clip" writes straight into target ("raise" goes through a buffer); the
+        # indices are the read's own, always in range
+        np.take(first.column, indices, axis=0, out=target, mode="clip")
+        return target
+    row = 0
+    for part in parts:
+        values = part.values() if isinstance(part, _Gathered) else part
+        target[row : row + len(values)] = values
+        row += len(values)
+    return target
 
 
 def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:

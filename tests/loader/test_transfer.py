@@ -82,6 +82,22 @@ def test_a_slot_is_not_reused_before_its_parcel_was_copied_out(channel):
     assert_equal(transfer.receive(parcel_3), third)
 
 
+def test_a_claimed_slot_is_filled_where_it_lies_and_waits_like_a_sent_one(channel):
+    sent = arrays(1)
+    layout = {name: (array.dtype, array.shape) for name, array in sent.items()}
+    claimed = transfer.claim(channel, 0, layout)
+    assert claimed is not None
+    parcel, targets = claimed
+    for name, array in sent.items():
+        targets[name][...] = array
+    assert transfer.send(channel, 0, arrays(2)) is not None
+    assert transfer.claim(channel, 0, layout) is None, "both slots wait to be copied: use the pipe"
+    assert_equal(transfer.receive(parcel), sent)
+    bigger = {name: (dtype, (40, *shape[1:])) for name, (dtype, shape) in layout.items()}
+    assert transfer.claim(channel, 0, bigger) is None, "larger than a slot: use the pipe"
+    assert transfer.claim(channel, 0, layout) is not None
+
+
 def test_a_batch_larger_than_its_slot_goes_through_the_pipe(channel):
     assert transfer.send(channel, 0, arrays(1, rows=4)) is not None  # sizes the slots
     assert transfer.send(channel, 0, arrays(2, rows=40)) is None

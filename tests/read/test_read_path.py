@@ -130,8 +130,10 @@ def test_a_failing_take_raises_from_the_read_and_leaves_no_take_running(tmp_path
     )
 
 
-def test_loader_batches_equal_default_collate_when_splits_are_at_different_windows(tmp_path):
-    """After a lagged resume the splits' windows come from different reads (the slow path)."""
+@pytest.mark.parametrize("workers", [0, 3])
+def test_loader_batches_equal_default_collate_when_splits_are_at_different_windows(tmp_path, workers):
+    """After a lagged resume the splits' windows come from different reads (the slow path);
+    with workers, shares that straddle two reads are gathered into their slots part by part."""
     uri = make_table(tmp_path / "t.lance", [40, 33, 50], deleted=[7, 90])
 
     def make() -> StreamingDataset:
@@ -144,7 +146,7 @@ def test_loader_batches_equal_default_collate_when_splits_are_at_different_windo
     per_row.load_state_dict(state)
     fast.load_state_dict(state)
     rows = list(per_row)
-    batches = list(StreamingDataLoader(fast, batch_size=5))
+    batches = list(StreamingDataLoader(fast, batch_size=5, num_workers=workers))
     expected = [default_collate(rows[i : i + 5]) for i in range(0, len(rows), 5)]
     assert len(batches) == len(expected)
     for index, (mine, plain) in enumerate(zip(batches, expected)):
