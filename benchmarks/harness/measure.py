@@ -38,6 +38,8 @@ class Run:
     stopped_by: str
     note: str = ""
     cpu_s: float = math.nan
+    own_cpu_s: float = math.nan
+    """CPU seconds of this process alone (the trainer's: its threads, not its workers)."""
 
     @property
     def rate(self) -> float:
@@ -48,6 +50,11 @@ class Run:
     def cpu_per_row_us(self) -> float:
         """CPU time of the whole process tree per steady-state row, in microseconds."""
         return self.cpu_s / self.steady_rows * 1e6 if self.steady_rows else math.nan
+
+    @property
+    def own_cpu_per_row_us(self) -> float:
+        """CPU time of this process alone (the trainer) per steady-state row, in microseconds."""
+        return self.own_cpu_s / self.steady_rows * 1e6 if self.steady_rows else math.nan
 
     @property
     def cores(self) -> float:
@@ -187,17 +194,19 @@ def time_items(make: Callable[[], Iterator[Any]], *, size: Callable[[Any], int] 
     first_rows = 1 if size is None else size(first)
     del first
     cpu_start = tree_cpu_seconds()
+    own_start = time.process_time()
     steady_start = time.perf_counter()
     if size is None:
         steady_rows, stopped = _drain_rows(items, caps, first_rows)
     else:
         steady_rows, stopped = _drain_batches(items, size, caps, first_rows)
     steady_s = time.perf_counter() - steady_start
+    own_cpu_s = time.process_time() - own_start
     cpu_s = _cpu_between(cpu_start, tree_cpu_seconds())
     note = close_iterator(items)
     del items
     gc.collect()
-    return Run(first_rows + steady_rows, first_s, steady_rows, steady_s, stopped, note, cpu_s)
+    return Run(first_rows + steady_rows, first_s, steady_rows, steady_s, stopped, note, cpu_s, own_cpu_s)
 
 
 def proc_status_kib(field: str) -> int:

@@ -24,13 +24,13 @@ from ..core.stripes import Stripe
 __all__ = ["BUNDLE_BYTES", "BUNDLE_ROWS", "BUNDLE_SLICES", "Slice", "Sizes", "bundles", "messages", "slices"]
 
 
-BUNDLE_ROWS = 1024
+BUNDLE_ROWS = 4096
 """A worker's message carries slices of several batches up to about this many rows."""
 
 BUNDLE_BYTES = 4 << 20
 """... and up to about this many bytes of rows as read (``bytes_read / rows_read``)."""
 
-BUNDLE_SLICES = 8
+BUNDLE_SLICES = 32
 """... and at most this many slices."""
 
 

@@ -128,6 +128,7 @@ def test_workerpath_benchmark_judges_cpu_and_the_later_first_batch(tmp_path: Pat
     text, _ = run_section(tmp_path, "workerpath", "--rows", "8192", "--repeats", "1")
     rows = [line for line in text.splitlines() if line.startswith("| k=")]
     assert len(rows) == 4, rows
+    assert "trainer's CPU us/row" in text and all(len(row.split("|")) == 7 for row in rows), rows
     assert text.count("CPU per row, k=2") == 2
     later = next(line for line in text.splitlines() if line.startswith("- First batch of a later iterator"))
     assert "persistent_workers=True" in later and ("PASS" in later or "FAIL" in later)
