@@ -269,8 +269,10 @@ def _fill(parts: list[Any], target: np.ndarray) -> np.ndarray:
         isinstance(p, _Gathered) and p.column is first.column for p in parts
     ):
         indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
-        # "clip" writes straight into target ("raise" goes through a buffer); the
-        # indices are the read's own, always in range
+        if len(indices) and not 0 <= int(indices.min()) <= int(indices.max()) < len(first.column):
+            raise IndexError(f"rows {indices.min()}..{indices.max()} of a read of {len(first.column)} rows")
+        # checked above, so "clip" never clips: it writes straight into target, where
+        # "raise" would go through a buffer
         np.take(first.column, indices, axis=0, out=target, mode="clip")
         return target
     row = 0
