@@ -223,9 +223,8 @@ class EpochPlan:
         lengths, weighted = runs.lengths[order], runs.lengths[order] * weights[order]
         first_rank = np.empty_like(runs.starts)
         first_rank[order] = np.cumsum(weighted) - weighted
-        ordered = np.repeat(runs.starts[order] - np.cumsum(lengths) + lengths, lengths) + np.arange(
-            lengths.sum()
-        )
+        ordered = np.repeat(runs.starts[order] - np.cumsum(lengths) + lengths, lengths)
+        ordered += np.arange(ordered.size)
         if len(keys) < len(requests):
             ordered = np.repeat(ordered, np.repeat(weights[order], lengths))
         ranks = self._ranks(keys, runs, first_rank, weights if len(keys) < len(requests) else None)
@@ -275,15 +274,14 @@ class EpochPlan:
         slot numbering of ``runs``, so its slot is that over ``block_rows``; the rows
         past a slot's ``cut`` are in its wrapped part, run ``slot + len(slots)``.
         """
-        sizes = runs.sizes.tolist()
+        sizes, bounds = runs.sizes.tolist(), np.cumsum(runs.sizes).tolist()
         if self.settings.shuffle:
-            parts = [self._window_permutation(s, w, n) for (s, w), n in zip(keys, sizes, strict=True)]
-            visits = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            visits += runs.shift[0] if len(parts) == 1 else np.repeat(runs.shift, runs.sizes)
+            visits = np.empty(bounds[-1], dtype=np.int64)
+            for (split, window), shift, n, high in zip(keys, runs.shift.tolist(), sizes, bounds, strict=True):
+                np.add(self._window_permutation(split, window, n), shift, out=visits[high - n : high])
         else:
-            visits = np.arange(runs.sizes.sum()) + np.repeat(
-                runs.shift - np.cumsum(runs.sizes) + runs.sizes, runs.sizes
-            )
+            visits = np.repeat(runs.shift - np.cumsum(runs.sizes) + runs.sizes, runs.sizes)
+            visits += np.arange(visits.size)
         run = visits // self.settings.block_rows
         if runs.wraps:
             np.add(run, runs.owner.size, out=run, where=visits >= runs.cut.take(run))
@@ -293,21 +291,22 @@ class EpochPlan:
             ranks += visits
         else:
             ranks = (first_rank - run_low * weights).take(run) + visits * weights.take(run)
-        bounds = np.cumsum(sizes).tolist()
         return {key: ranks[high - n : high] for key, n, high in zip(keys, sizes, bounds, strict=True)}
 
     def _pieces(self, ordered: np.ndarray) -> tuple[tuple[int, np.ndarray], ...]:
-        """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch."""
+        """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch.
+
+        ``ordered`` becomes the offsets: the pieces are consecutive slices of it.
+        """
         first, last = np.searchsorted(self.bounds, ordered[[0, -1]], side="right") - 1
         cuts = np.searchsorted(ordered, self.bounds[first : last + 2])
-        touched = first + np.flatnonzero(cuts[1:] > cuts[:-1])
+        touched = np.flatnonzero(cuts[1:] > cuts[:-1])
+        lows, highs = cuts[touched], cuts[touched + 1]
+        ordered -= np.repeat(self.bounds[first + touched], highs - lows)
         return tuple(
-            (int(self.fragment_ids[index]), ordered[low:high] - self.bounds[index])
-            for index, low, high in zip(
-                touched.tolist(),
-                cuts[touched - first].tolist(),
-                cuts[touched - first + 1].tolist(),
-                strict=True,
+            (fragment, ordered[low:high])
+            for fragment, low, high in zip(
+                self.fragment_ids[first + touched].tolist(), lows.tolist(), highs.tolist(), strict=True
             )
         )
 
