@@ -80,6 +80,22 @@ class WindowRead:
     gathers: tuple[np.ndarray, ...]
 
 
+_GROUP_ROWS = 32_768
+"""Rows of a read whose ranks are worked out together (``EpochPlan._ranks``)."""
+
+
+def _groups(bounds: Sequence[int], rows: int) -> list[tuple[int, int]]:
+    """Consecutive [first, last) ranges of requests ending at ``bounds``: at most ``rows``
+    rows each, or one request."""
+    found, first, low = [], 0, 0
+    for index, high in enumerate(bounds):
+        if high - low > rows and index > first:
+            found.append((first, index))
+            first, low = index, bounds[index - 1]
+    found.append((first, len(bounds)))
+    return found
+
+
 class _Runs(NamedTuple):
     """The block slots of some windows, numbered one after another over all of them."""
 
@@ -273,25 +289,37 @@ class EpochPlan:
         A row visited at split position ``v`` is ``v + shift`` of its request in the
         slot numbering of ``runs``, so its slot is that over ``block_rows``; the rows
         past a slot's ``cut`` are in its wrapped part, run ``slot + len(slots)``.
+        Worked out for groups of requests of about ``_GROUP_ROWS`` rows, so that no
+        temporary is read-sized.
         """
         sizes, bounds = runs.sizes.tolist(), np.cumsum(runs.sizes).tolist()
-        if self.settings.shuffle:
-            visits = np.empty(bounds[-1], dtype=np.int64)
-            for (split, window), shift, n, high in zip(keys, runs.shift.tolist(), sizes, bounds, strict=True):
-                np.add(self._window_permutation(split, window, n), shift, out=visits[high - n : high])
-        else:
-            visits = np.repeat(runs.shift - np.cumsum(runs.sizes) + runs.sizes, runs.sizes)
-            visits += np.arange(visits.size)
-        run = visits // self.settings.block_rows
-        if runs.wraps:
-            np.add(run, runs.owner.size, out=run, where=visits >= runs.cut.take(run))
         run_low = np.concatenate([runs.low, runs.cut])
-        if weights is None:
-            ranks = (first_rank - run_low).take(run)
-            ranks += visits
-        else:
-            ranks = (first_rank - run_low * weights).take(run) + visits * weights.take(run)
+        base = first_rank - (run_low if weights is None else run_low * weights)
+        ranks = np.empty(bounds[-1], dtype=np.int64)
+        for first, last in _groups(bounds, _GROUP_ROWS):
+            visits = self._visits(keys[first:last], runs.shift[first:last], runs.sizes[first:last])
+            run = visits // self.settings.block_rows
+            if runs.wraps:
+                np.add(run, runs.owner.size, out=run, where=visits >= runs.cut.take(run))
+            if weights is not None:
+                visits *= weights.take(run)
+            out = ranks[bounds[first] - sizes[first] : bounds[last - 1]]
+            base.take(run, out=out, mode="clip")  # every run is in range: clip only skips a copy
+            out += visits
         return {key: ranks[high - n : high] for key, n, high in zip(keys, sizes, bounds, strict=True)}
+
+    def _visits(self, keys: Sequence[tuple[int, int]], shifts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """The split positions of ``keys``' rows in delivery order, each plus its request's shift."""
+        if not self.settings.shuffle:
+            visits = np.repeat(shifts - np.cumsum(sizes) + sizes, sizes)
+            visits += np.arange(visits.size)
+            return visits
+        visits = np.empty(int(sizes.sum()), dtype=np.int64)
+        low = 0
+        for (split, window), shift, n in zip(keys, shifts.tolist(), sizes.tolist(), strict=True):
+            np.add(self._window_permutation(split, window, n), shift, out=visits[low : low + n])
+            low += n
+        return visits
 
     def _pieces(self, ordered: np.ndarray) -> tuple[tuple[int, np.ndarray], ...]:
         """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch.
