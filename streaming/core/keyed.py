@@ -4,7 +4,10 @@ Both are pure functions of their inputs, the same in every process and on every
 machine. The bijection is a balanced Feistel network on the smallest even bit
 width that covers ``n``, with cycle walking to stay inside [0, n); ``walk``
 evaluates it for many values at once, each under its own key, so every split's
-blocks of a read are placed in one pass.
+blocks of a read are placed in one pass. Where a half is at most ``TABLE_BITS``
+wide, ``walk_tables`` looks each round's function up in a table of all its values
+(``round_tables``: at most 32 KiB per key) instead of working it out; both give
+exactly what ``permute`` gives.
 """
 
 from __future__ import annotations
