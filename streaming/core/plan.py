@@ -24,12 +24,14 @@ Layout of an epoch, outermost first:
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+from .keyed import digest, permute, round_keys, round_tables, walk, walk_tables
 
 __all__ = [
     "PLAN_FORMAT",
@@ -45,61 +47,6 @@ __all__ = [
 
 PLAN_FORMAT = 1
 """Bumped whenever the same inputs would put a different row at some position."""
-
-_MUL_1 = np.uint64(0xBF58476D1CE4E5B9)
-_MUL_2 = np.uint64(0x94D049BB133111EB)
-_ROUNDS = 4
-
-
-def digest(*parts: object) -> int:
-    """Return a stable unsigned 64-bit digest of ``parts``.
-
-    Unlike Python's ``hash()`` the value is the same in every process and on every
-    machine, so it may decide anything that has to reproduce.
-    """
-    text = "\x1f".join(repr(part) for part in parts).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
-
-
-def _mix(values: np.ndarray, key: np.uint64) -> np.ndarray:
-    """Scramble uint64 values with a keyed splitmix64 finaliser (wraps on overflow)."""
-    z = values ^ key
-    z = (z ^ (z >> np.uint64(30))) * _MUL_1
-    z = (z ^ (z >> np.uint64(27))) * _MUL_2
-    return z ^ (z >> np.uint64(31))
-
-
-def _feistel(values: np.ndarray, half_bits: int, keys: Sequence[np.uint64]) -> np.ndarray:
-    mask = np.uint64((1 << half_bits) - 1)
-    shift = np.uint64(half_bits)
-    left, right = values >> shift, values & mask
-    for key in keys:
-        left, right = right, left ^ (_mix(right, key) & mask)
-    result: np.ndarray = (left << shift) | right
-    return result
-
-
-def permute(indices: np.ndarray, n: int, key: int) -> np.ndarray:
-    """Map ``indices`` (each in [0, n)) through a seeded bijection of ``range(n)``.
-
-    A balanced Feistel network on the smallest even bit width that covers ``n``,
-    with cycle walking to stay inside [0, n). Costs O(len(indices)) time and
-    memory whatever ``n`` is; the same ``(n, key)`` always gives the same bijection.
-    """
-    values = np.asarray(indices, dtype=np.uint64)
-    if n <= 1 or values.size == 0:
-        return values.astype(np.int64)
-    half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
-    keys = [np.uint64(digest(key, round_)) for round_ in range(_ROUNDS)]
-    result = np.empty_like(values)
-    pending = np.arange(values.size)
-    current = values
-    while pending.size:
-        current = _feistel(current, half_bits, keys)
-        inside = current < np.uint64(n)
-        result[pending[inside]] = current[inside]
-        pending, current = pending[~inside], current[~inside]
-    return result.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -133,6 +80,35 @@ class WindowRead:
     gathers: tuple[np.ndarray, ...]
 
 
+_GROUP_ROWS = 32_768
+"""Rows of a read whose ranks are worked out together (``EpochPlan._ranks``)."""
+
+
+def _groups(bounds: Sequence[int], rows: int) -> list[tuple[int, int]]:
+    """Consecutive [first, last) ranges of requests ending at ``bounds``: at most ``rows``
+    rows each, or one request."""
+    found, first, low = [], 0, 0
+    for index, high in enumerate(bounds):
+        if high - low > rows and index > first:
+            found.append((first, index))
+            first, low = index, bounds[index - 1]
+    found.append((first, len(bounds)))
+    return found
+
+
+class _Runs(NamedTuple):
+    """The block slots of some windows, numbered one after another over all of them."""
+
+    owner: np.ndarray  # the request each slot belongs to
+    starts: np.ndarray  # laid-out start of each slot's run, then of its wrapped part
+    lengths: np.ndarray  # rows of each slot before the wrap, then after it (mostly 0)
+    low: np.ndarray  # first row of each slot, in the slot numbering (``shift`` applied)
+    cut: np.ndarray  # where each slot wraps, in the slot numbering
+    shift: np.ndarray  # per request: add to a split position for the slot numbering
+    sizes: np.ndarray  # rows per request
+    wraps: bool  # whether some slot wraps past the end of the laid-out sequence
+
+
 class EpochPlan:
     """The fixed map from (split, position) to a planned row for one epoch.
 
@@ -152,6 +128,7 @@ class EpochPlan:
         if settings.shuffle:
             pairs.sort(key=lambda pair: digest("fragment", pair[0], settings.seed, settings.epoch))
         self.settings = settings
+        self._rounds: dict[int, np.ndarray] = {}  # each split's block order (_block_rounds)
         self.fragment_ids = np.array([f for f, _ in pairs], dtype=np.int64)
         self.bounds = np.concatenate([[0], np.cumsum([n for _, n in pairs], dtype=np.int64)])
         self.total_rows = int(self.bounds[-1])
@@ -189,19 +166,53 @@ class EpochPlan:
         full = length // clump
         seed = digest("window", self.settings.seed, self.settings.epoch, split, window)
         clumps = np.random.Generator(np.random.PCG64(seed)).permutation(full)
+        if clump == 1:
+            return clumps
         order = (clumps[:, None] * clump + np.arange(clump)).reshape(-1)
         return np.concatenate([order, np.arange(full * clump, length)])
+
+    def _block_rounds(self, split: int) -> np.ndarray:
+        """The rounds of the bijection that orders ``split``'s full blocks (kept per split).
+
+        Its round tables where they are small enough (``round_tables``), else its
+        round keys.
+        """
+        rounds = self._rounds.get(split)
+        if rounds is None:
+            keys = round_keys(digest("blocks", self.settings.seed, self.settings.epoch, split))
+            tables = round_tables(keys, self.split_length // self.settings.block_rows)
+            rounds = keys if tables is None else tables
+            self._rounds[split] = rounds
+        return rounds
+
+    def _blocks(self, slots: np.ndarray, splits: Sequence[int], owner: np.ndarray | None) -> np.ndarray:
+        """Split block visited at each block slot; slot ``i`` is of split ``splits[owner[i]]``."""
+        if not self.settings.shuffle:
+            return slots
+        full = self.split_length // self.settings.block_rows
+        in_full = slots < full
+        chosen = None if in_full.all() else np.flatnonzero(in_full)
+        if chosen is not None:
+            owner = None if owner is None else owner[chosen]
+        rounds = [self._block_rounds(split) for split in splits]
+        inside = slots if chosen is None else slots[chosen]
+        if rounds[0].dtype == np.uint64:
+            keys = np.stack(rounds, axis=1)
+            placed = walk(inside.astype(np.uint64), full, keys if owner is None else keys[:, owner])
+        else:
+            tables = np.concatenate(rounds, axis=1) if len(rounds) > 1 else rounds[0]
+            placed = walk_tables(inside, full, tables, None if owner is None else owner * rounds[0].shape[1])
+        if chosen is None:
+            return placed
+        blocks = slots.copy()
+        blocks[chosen] = placed
+        return blocks
 
     def _window_blocks(self, split: int, *, first: int, last: int) -> np.ndarray:
         """Split block visited at each block slot touched by visits [first, last)."""
         block_rows = self.settings.block_rows
-        full = self.split_length // block_rows
-        blocks = np.arange(first // block_rows, -(-last // block_rows), dtype=np.int64)
-        if self.settings.shuffle:
-            in_full = blocks < full
-            key = digest("blocks", self.settings.seed, self.settings.epoch, split)
-            blocks[in_full] = permute(blocks[in_full], full, key)
-        return blocks
+        slots = np.arange(first // block_rows, -(-last // block_rows), dtype=np.int64)
+        return self._blocks(slots, [split], None)
 
     def laid_out(self, split: int, rows: np.ndarray) -> np.ndarray:
         """Index into the laid-out, rotated sequence for split-local ``rows``."""
@@ -222,23 +233,17 @@ class EpochPlan:
         if not keys:
             return WindowRead(pieces=(), gathers=())
         copies = Counter(requests)
-        runs = [self._window_runs(split, window) for split, window in keys]
-        starts = np.concatenate([run[0] for run in runs])
-        lengths = np.concatenate([run[1] for run in runs])
-        weights = np.concatenate(
-            [np.full(run[0].size, copies[key]) for run, key in zip(runs, keys, strict=True)]
-        )
-        order = np.argsort(starts, kind="stable")
-        lengths, weighted = lengths[order], lengths[order] * weights[order]
-        first_rank = np.empty_like(starts)
+        runs = self._runs(keys)
+        weights = np.tile(np.array([copies[key] for key in keys], dtype=np.int64)[runs.owner], 2)
+        order = np.argsort(runs.starts, kind="stable")
+        lengths, weighted = runs.lengths[order], runs.lengths[order] * weights[order]
+        first_rank = np.empty_like(runs.starts)
         first_rank[order] = np.cumsum(weighted) - weighted
-        ordered = np.repeat(starts[order] - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+        ordered = np.repeat(runs.starts[order] - np.cumsum(lengths) + lengths, lengths)
+        ordered += np.arange(ordered.size)
         if len(keys) < len(requests):
             ordered = np.repeat(ordered, np.repeat(weights[order], lengths))
-        base, ranks = 0, {}
-        for key, (run_starts, _, row_run, row_offset) in zip(keys, runs, strict=True):
-            ranks[key] = first_rank[base + row_run] + row_offset * copies[key]
-            base += run_starts.size
+        ranks = self._ranks(keys, runs, first_rank, weights if len(keys) < len(requests) else None)
         seen: Counter[tuple[int, int]] = Counter()
         gathers = []
         for key in requests:
@@ -246,50 +251,90 @@ class EpochPlan:
             seen[key] += 1
         return WindowRead(pieces=self._pieces(ordered), gathers=tuple(gathers))
 
-    def _window_runs(self, split: int, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One window as runs of consecutive laid-out rows, and where each of its rows sits.
-
-        Returns (run starts, run lengths, run of every row, offset of every row in its
-        run), rows in delivery order. Every block slot of the window is one run, cut
-        in two where the laid-out sequence wraps past its end; the second part is
-        empty for every slot but the one that wraps.
-        """
-        start, stop = self.window_bounds(window)
-        block_rows = self.settings.block_rows
-        slots = np.arange(start // block_rows, -(-stop // block_rows), dtype=np.int64)
-        low = np.maximum(slots * block_rows, start)
-        length = np.minimum(slots * block_rows + block_rows, stop) - low
-        blocks = self._window_blocks(split, first=start, last=stop)
-        laid = self.laid_out(split, blocks * block_rows + low - slots * block_rows)
-        before_wrap = np.minimum(length, self.total_rows - laid)
-        if self.settings.shuffle:
-            visits = start + self._window_permutation(split, window, stop - start)
-        else:
-            visits = np.arange(start, stop, dtype=np.int64)
-        slot = visits // block_rows - slots[0]
-        offset = visits - low[slot]
-        wrapped = offset >= before_wrap[slot]
-        offset -= wrapped * before_wrap[slot]
-        run = slot + wrapped * slots.size
-        return (
-            np.concatenate([laid, np.zeros_like(laid)]),
-            np.concatenate([before_wrap, length - before_wrap]),
-            run,
-            offset,
+    def _runs(self, keys: Sequence[tuple[int, int]]) -> _Runs:
+        """The requested windows' block slots as runs of consecutive laid-out rows."""
+        block_rows, total = self.settings.block_rows, self.total_rows
+        splits = np.array([split for split, _ in keys], dtype=np.int64)
+        start = np.array([window for _, window in keys], dtype=np.int64) * self.settings.window_rows
+        stop = np.minimum(start + self.settings.window_rows, self.split_length)
+        first = start // block_rows
+        count = -(-stop // block_rows) - first
+        owner = np.repeat(np.arange(len(keys)), count)
+        renumber = np.cumsum(count) - count - first  # a request's slots -> indices into all slots
+        slots = np.arange(owner.size) - renumber[owner]
+        low = np.maximum(slots * block_rows, start[owner])
+        length = np.minimum(slots * block_rows + block_rows, stop[owner]) - low
+        blocks = self._blocks(slots, splits.tolist(), owner if len(keys) > 1 else None)
+        laid = (
+            blocks * block_rows + low - slots * block_rows + splits[owner] * self.split_length + self.rotation
+        ) % total
+        before = np.minimum(length, total - laid)
+        low += renumber[owner] * block_rows
+        return _Runs(
+            owner=owner,
+            starts=np.concatenate([laid, np.zeros_like(laid)]),
+            lengths=np.concatenate([before, length - before]),
+            low=low,
+            cut=low + before,
+            shift=start + renumber * block_rows,
+            sizes=stop - start,
+            wraps=bool((length > before).any()),
         )
 
+    def _ranks(
+        self, keys: Sequence[tuple[int, int]], runs: _Runs, first_rank: np.ndarray, weights: np.ndarray | None
+    ) -> dict[tuple[int, int], np.ndarray]:
+        """Rank in the read of every row of every requested window, rows in delivery order.
+
+        A row visited at split position ``v`` is ``v + shift`` of its request in the
+        slot numbering of ``runs``, so its slot is that over ``block_rows``; the rows
+        past a slot's ``cut`` are in its wrapped part, run ``slot + len(slots)``.
+        Worked out for groups of requests of about ``_GROUP_ROWS`` rows, so that no
+        temporary is read-sized.
+        """
+        sizes, bounds = runs.sizes.tolist(), np.cumsum(runs.sizes).tolist()
+        run_low = np.concatenate([runs.low, runs.cut])
+        base = first_rank - (run_low if weights is None else run_low * weights)
+        ranks = np.empty(bounds[-1], dtype=np.int64)
+        for first, last in _groups(bounds, _GROUP_ROWS):
+            visits = self._visits(keys[first:last], runs.shift[first:last], runs.sizes[first:last])
+            run = visits // self.settings.block_rows
+            if runs.wraps:
+                np.add(run, runs.owner.size, out=run, where=visits >= runs.cut.take(run))
+            if weights is not None:
+                visits *= weights.take(run)
+            out = ranks[bounds[first] - sizes[first] : bounds[last - 1]]
+            base.take(run, out=out, mode="clip")  # every run is in range: clip only skips a copy
+            out += visits
+        return {key: ranks[high - n : high] for key, n, high in zip(keys, sizes, bounds, strict=True)}
+
+    def _visits(self, keys: Sequence[tuple[int, int]], shifts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """The split positions of ``keys``' rows in delivery order, each plus its request's shift."""
+        if not self.settings.shuffle:
+            visits = np.repeat(shifts - np.cumsum(sizes) + sizes, sizes)
+            visits += np.arange(visits.size)
+            return visits
+        visits = np.empty(int(sizes.sum()), dtype=np.int64)
+        low = 0
+        for (split, window), shift, n in zip(keys, shifts.tolist(), sizes.tolist(), strict=True):
+            np.add(self._window_permutation(split, window, n), shift, out=visits[low : low + n])
+            low += n
+        return visits
+
     def _pieces(self, ordered: np.ndarray) -> tuple[tuple[int, np.ndarray], ...]:
-        """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch."""
+        """Cut ascending laid-out rows into (fragment id, offsets) per fragment they touch.
+
+        ``ordered`` becomes the offsets: the pieces are consecutive slices of it.
+        """
         first, last = np.searchsorted(self.bounds, ordered[[0, -1]], side="right") - 1
         cuts = np.searchsorted(ordered, self.bounds[first : last + 2])
-        touched = first + np.flatnonzero(cuts[1:] > cuts[:-1])
+        touched = np.flatnonzero(cuts[1:] > cuts[:-1])
+        lows, highs = cuts[touched], cuts[touched + 1]
+        ordered -= np.repeat(self.bounds[first + touched], highs - lows)
         return tuple(
-            (int(self.fragment_ids[index]), ordered[low:high] - self.bounds[index])
-            for index, low, high in zip(
-                touched.tolist(),
-                cuts[touched - first].tolist(),
-                cuts[touched - first + 1].tolist(),
-                strict=True,
+            (fragment, ordered[low:high])
+            for fragment, low, high in zip(
+                self.fragment_ids[first + touched].tolist(), lows.tolist(), highs.tolist(), strict=True
             )
         )
 
