@@ -21,16 +21,35 @@ import numpy as np
 
 from ..core.stripes import Stripe
 
-__all__ = ["BUNDLE_BYTES", "BUNDLE_ROWS", "BUNDLE_SLICES", "Slice", "Sizes", "bundles", "messages", "slices"]
+__all__ = [
+    "BUNDLE_BYTES",
+    "BUNDLE_ROWS",
+    "BUNDLE_SLICES",
+    "SAMPLE_BUNDLE_ROWS",
+    "SAMPLE_BUNDLE_SLICES",
+    "Slice",
+    "Sizes",
+    "bundles",
+    "messages",
+    "slices",
+]
 
 
 BUNDLE_ROWS = 4096
-"""A worker's message carries slices of several batches up to about this many rows."""
+"""A worker's message carries columnar slices of several batches up to about this many rows."""
 
 BUNDLE_BYTES = 4 << 20
 """... and up to about this many bytes of rows as read (``bytes_read / rows_read``)."""
 
 BUNDLE_SLICES = 32
+"""... and at most this many slices."""
+
+SAMPLE_BUNDLE_ROWS = 1024
+"""Rows of a message of slices of samples (a ``transform`` or the user's ``collate_fn``):
+what a transform returns may be far larger than the rows it read, so fewer rows travel
+(and wait) at once."""
+
+SAMPLE_BUNDLE_SLICES = 8
 """... and at most this many slices."""
 
 
@@ -136,7 +155,8 @@ def bundles(
     whatever it carries, so a worker that sends its share of one batch at a time pays
     it k times per batch. The first message holds one slice (the first batch comes
     soon), later ones twice as many as the one before, up to ``BUNDLE_SLICES`` and
-    about ``BUNDLE_ROWS`` rows and ``BUNDLE_BYTES`` bytes. Each slice carries the
+    about ``BUNDLE_ROWS`` rows (for slices of samples ``SAMPLE_BUNDLE_SLICES`` and
+    ``SAMPLE_BUNDLE_ROWS``) and ``BUNDLE_BYTES`` bytes. Each slice carries the
     ``report()`` taken as it ends.
     """
     limit = 1
@@ -146,9 +166,12 @@ def bundles(
         bundle.append(dataclasses.replace(piece, report=report()))
         rows += piece.count
         size = rows * max(1.0, row_bytes())
-        if len(bundle) >= limit or rows >= BUNDLE_ROWS or size >= BUNDLE_BYTES:
+        most_rows, most_slices = (
+            (BUNDLE_ROWS, BUNDLE_SLICES) if piece.columnar else (SAMPLE_BUNDLE_ROWS, SAMPLE_BUNDLE_SLICES)
+        )
+        if len(bundle) >= limit or rows >= most_rows or size >= BUNDLE_BYTES:
             yield bundle
             bundle, rows = [], 0
-            limit = min(BUNDLE_SLICES, 2 * limit)
+            limit = min(most_slices, 2 * limit)
     if bundle:
         yield bundle
