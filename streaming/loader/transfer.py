@@ -226,9 +226,7 @@ def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Par
     return None if ring is None else ring.put(arrays)
 
 
-def claim(
-    channel: Channel, worker: int, layout: Mapping[str, Layout]
-) -> tuple[Parcel, dict[str, np.ndarray]] | None:
+def claim(channel: Channel, worker: int, layout: Mapping[str, Layout]) -> Claimed | None:
     """In worker ``worker``: the next slot of its ring of ``channel`` (made on first use)
     for arrays of ``layout``, to be written where they lie (``Ring.claim``); ``None``:
     no slot, make the arrays elsewhere and use the pipe."""
