@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import Counter
 
 import numpy as np
@@ -135,18 +136,27 @@ def test_ctrl_c_in_the_loop_keeps_what_was_delivered(uri):
     """A KeyboardInterrupt raised inside next() ends that iterator loudly; iter() continues."""
 
     class Interrupt:
+        """Raises once, in the first call that starts after the loop has its first sample:
+        the transform threads may run ahead of the loop (within transform_queue_depth), so
+        a fixed call number could come before the first sample on a busy machine."""
+
         def __init__(self) -> None:
-            self.calls = 0
+            self.started = threading.Event()
+            self.lock = threading.Lock()
+            self.raised = False
 
         def __call__(self, batch: pa.RecordBatch):
-            self.calls += 1
-            if self.calls == 7:  # in the read-ahead of the second windows
-                raise KeyboardInterrupt
+            with self.lock:
+                if self.started.is_set() and not self.raised:
+                    self.raised = True
+                    raise KeyboardInterrupt
             return batch.to_pylist()
 
-    data = dataset(uri, transform=Interrupt(), read_batch_size=64)
+    transform = Interrupt()
+    data = dataset(uri, transform=transform, read_batch_size=64)
     iterator = iter(data)
     head = [int(next(iterator)["id"])]
+    transform.started.set()
     with pytest.raises(KeyboardInterrupt):
         while True:
             head.append(int(next(iterator)["id"]))
