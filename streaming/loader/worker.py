@@ -174,18 +174,18 @@ class ReportingCollate:
 
         if worker is None:
             return share(finish(item.items), None)
-        shapes = layout(item.items) if self.channel is not None else None
-        if self.channel is not None and shapes:
-            claimed = transfer.claim(self.channel, worker.id, shapes)
-            if claimed is not None:  # the numeric columns are gathered straight into the slot
-                targets = claimed[1]
-                batch = finish(item.items, as_numpy=True, out=targets)
-                rest = {key: None if key in targets else value for key, value in batch.items()}
-                return share(rest, report, numpy=True, parcel=claimed[0])
+        channel = self.channel
+        shapes = layout(item.items) if channel is not None else {}
+        claimed = transfer.claim(channel, worker.id, shapes) if channel is not None and shapes else None
+        if claimed is not None:  # the numeric columns are gathered straight into the slot
+            targets = claimed[1]
+            batch = finish(item.items, as_numpy=True, out=targets)
+            rest = {key: None if key in targets else value for key, value in batch.items()}
+            return share(rest, report, numpy=True, parcel=claimed[0])
         batch = finish(item.items, as_numpy=True)
-        if self.channel is not None:
+        if channel is not None and not shapes:  # where a claim failed, a send would fail too
             arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
-            parcel = transfer.send(self.channel, worker.id, arrays) if arrays else None
+            parcel = transfer.send(channel, worker.id, arrays) if arrays else None
             if parcel is not None:
                 rest = {key: None if key in arrays else value for key, value in batch.items()}
                 return share(rest, report, numpy=True, parcel=parcel)
