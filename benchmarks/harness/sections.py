@@ -7,7 +7,6 @@ markers and is kept across those rewrites.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 NAMES = (
@@ -63,15 +62,3 @@ def publish(text: str, *, name: str, out: Path | None) -> None:
     print(text)
     if out is not None:
         replace(out, name, text)
-
-
-def parser(suite: str, doc: str | None, *, rows: int, repeats: int | None = None) -> argparse.ArgumentParser:
-    """The command line of a suite that publishes a section: ``--rows``, ``--repeats``
-    (when it has a default) and ``--out`` (the document whose section it replaces)."""
-    summary = doc.splitlines()[0] if doc else None
-    made = argparse.ArgumentParser(prog=f"python -m benchmarks {suite}", description=summary)
-    made.add_argument("--rows", type=int, default=rows)
-    if repeats is not None:
-        made.add_argument("--repeats", type=int, default=repeats)
-    made.add_argument("--out", type=Path, default=None)
-    return made

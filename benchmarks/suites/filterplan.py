@@ -19,6 +19,7 @@ slowest rank), median of ``--repeats`` jobs. The section between the
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import statistics
@@ -140,7 +141,13 @@ def report(times: dict[tuple[int, str], list[float]], rows: int, repeats: int) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sections.parser("filterplan", __doc__, rows=4_000_000, repeats=3).parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks filterplan", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=4_000_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         table = write_table(folder, "t", rows=args.rows, fragments=FRAGMENTS, chunk=narrow_chunk)
         times = measure(table.uri, args.repeats)

@@ -22,8 +22,10 @@ The section between the ``mixtures`` markers of ``--out`` is replaced.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -158,7 +160,13 @@ def report(results: dict[str, tuple[float, float]], rows: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sections.parser("mixtures", __doc__, rows=200_000, repeats=2).parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks mixtures", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         tables = [
             write_table(folder, name, rows=rows, fragments=FRAGMENTS, chunk=wide_chunk)

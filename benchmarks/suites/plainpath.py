@@ -19,12 +19,14 @@ read threads' own seconds from ``dataset.stats()``. The section between the
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import pstats
 import statistics
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import sections
@@ -181,7 +183,13 @@ def report(runs: dict[str, list[Run]], stages: dict[str, float], rows: int, repe
 
 def main(argv: list[str] | None = None) -> None:
     """Build the table, measure, profile, print (and with ``--out`` publish) the section."""
-    args = sections.parser("plainpath", __doc__, rows=200_000, repeats=3).parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks plainpath", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         table = write_table(folder, "wide", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)
         runs = measure(table, args.repeats)

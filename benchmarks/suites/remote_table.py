@@ -23,6 +23,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import sections
@@ -151,8 +152,12 @@ def _verdict(passed: bool) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Build the table, serve it, measure, print (and with ``--out`` publish) the section."""
-    parser = sections.parser("remote_table", __doc__, rows=1_000_000)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks remote_table", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--latency-ms", type=float, default=25.0)
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         local = write_table(folder, "wide", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)

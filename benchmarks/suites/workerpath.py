@@ -19,11 +19,13 @@ A second pair adds a transform of about 20 microseconds a row that holds the GIL
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import sections
@@ -171,7 +173,13 @@ def report(results: dict[str, dict[str, float]], rows: int, repeats: int) -> str
 
 def main(argv: list[str] | None = None) -> None:
     """Build the table, measure, print (and with ``--out`` publish) the section."""
-    args = sections.parser("workerpath", __doc__, rows=200_000, repeats=3).parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks workerpath", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         table = write_table(folder, "wide", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)
         results = measure(table, args.repeats)
