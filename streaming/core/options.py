@@ -26,7 +26,7 @@ from .checks import (
     positive,
     type_fix,
 )
-from .profiles import DEFAULT_PROFILE, Profile, sized, sized_for_blobs
+from .profiles import DEFAULT_PROFILE, Profile, sized
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -217,6 +217,8 @@ class Options:
     """The storage profile, resolved (its I/O settings apply; the plan's may be overridden)."""
     profile_plan: bool = False
     """True when neither ``block_rows`` nor ``shuffle_buffer_size`` was given."""
+    user_sizes: tuple[str, ...] = ()
+    """Which of ``block_rows`` and ``shuffle_buffer_size`` the user gave (never sized)."""
     cache: CacheSettings | None = None
     """The local cache for a remote table (``cache_dir``, ``cache_limit``); never order-defining."""
 
@@ -226,26 +228,23 @@ class Options:
         at least the storage profile's minimum (16 remote: hides a store's round trips)."""
         return max(self.io_queue_depth, self.profile.min_io_threads)
 
-    def sized_for(self, row_bytes: float | None, *, blobs: bool = False) -> Options:
-        """These options with the profile's block and buffer sized for the table's rows.
+    def sized_for(self, row_bytes: float | None) -> Options:
+        """These options with the block, buffer and takes the user did not give sized
+        for rows of ``row_bytes`` bytes (see ``profiles.sized``).
 
-        Only when neither was given (``profile_plan``) and the profile depends on
-        the row size (remote), or the rows hold blobs (``blobs``: any profile, so a
-        shuffle buffer never holds more than about ``BLOB_BUFFER_BYTES``). Every
-        rank reads the same snapshot's metadata, so every rank sizes the same way.
+        ``block_rows`` and ``shuffle_buffer_size`` given explicitly are kept as they
+        are (a buffer smaller than the given block becomes one block); the take size
+        is an I/O setting, always sized. Every rank reads the same snapshot's
+        metadata (and the same first rows), so every rank sizes the same way.
         """
-        if not self.profile_plan:
-            return self
-        if blobs and row_bytes:
-            profile = sized_for_blobs(self.profile, row_bytes)
+        fitted = sized(self.profile, row_bytes)
+        block = self.block_rows if "block_rows" in self.user_sizes else fitted.block_rows
+        if "shuffle_buffer_size" in self.user_sizes:
+            buffer = self.shuffle_buffer_size
         else:
-            profile = sized(self.profile, row_bytes)
-        return dataclasses.replace(
-            self,
-            profile=profile,
-            block_rows=profile.block_rows,
-            shuffle_buffer_size=profile.shuffle_buffer_size,
-        )
+            buffer = max(block, fitted.shuffle_buffer_size)
+        profile = dataclasses.replace(fitted, block_rows=block, shuffle_buffer_size=buffer)
+        return dataclasses.replace(self, profile=profile, block_rows=block, shuffle_buffer_size=buffer)
 
     def adopting(self, *, block_rows: int, window_rows: int) -> Options:
         """These options with a saved plan's block and window, if they came from the profile.

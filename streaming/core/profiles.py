@@ -25,16 +25,18 @@ __all__ = [
     "choose_profile",
     "profile_for",
     "sized",
-    "sized_for_blobs",
 ]
 
 
 BLOCK_BYTES = 2 << 20
-"""The remote profile's block is the largest power of two of rows up to this many bytes."""
-BLOB_BUFFER_BYTES = 512 << 20
-"""A table with blob columns gets a shuffle buffer of at most about this many bytes of rows."""
-BLOCK_ROWS_RANGE = (16, 8_192)
-"""... within these bounds (narrow rows do not make blocks of millions of rows)."""
+"""The remote profiles' block is the largest power of two of rows up to this many bytes."""
+WIDE_BLOCK_BYTES = 1 << 20
+"""Any other profile's block holds at most this many bytes of rows (one row at least)."""
+BUFFER_BYTES = 256 << 20
+"""Every profile's shuffle buffer holds at most this many bytes of rows (one block at least)."""
+BLOCK_ROWS_RANGE = (1, 8_192)
+"""Blocks sized by ``block_bytes`` stay within these bounds (narrow rows do not make
+blocks of millions of rows; a row wider than a block is a block of one)."""
 BLOCKS_PER_BUFFER = 128
 """A profile sized for its rows has a shuffle buffer of this many blocks: the mixing
 depends on how many blocks a window draws from, the memory on their bytes."""
@@ -62,13 +64,18 @@ class Profile:
     """URI schemes ``storage_profile="auto"`` picks this profile for."""
     block_bytes: int | None = None
     """When set, ``sized`` gives a table's rows blocks of up to this many bytes (and a
-    buffer of ``BLOCKS_PER_BUFFER`` blocks); ``None``: the numbers above, whatever the rows."""
+    buffer of ``BLOCKS_PER_BUFFER`` blocks), larger or smaller than ``block_rows``;
+    ``None``: the numbers above, made smaller for wide rows (``WIDE_BLOCK_BYTES``)."""
+    take_bytes: int | None = None
+    """When set, a take carries at most about this many bytes of rows (fewer offsets
+    than ``take_rows`` for wide rows: Lance's large takes of wide rows cost several
+    times more per row than takes of a few megabytes)."""
 
 
 PROFILES = {
     profile.name: profile
     for profile in (
-        Profile("local", block_rows=64, shuffle_buffer_size=32_768),
+        Profile("local", block_rows=64, shuffle_buffer_size=32_768, take_bytes=8 << 20),
         Profile(
             "remote",
             block_rows=2_048,
@@ -86,6 +93,7 @@ PROFILES = {
             take_rows=8_192,
             schemes=("db",),
             block_bytes=BLOCK_BYTES,
+            take_bytes=16 << 20,
         ),
     )
 }
@@ -139,38 +147,37 @@ def profile_for(
 
 
 def sized(profile: Profile, row_bytes: float | None) -> Profile:
-    """``profile`` with its block and buffer sized for rows of ``row_bytes`` bytes.
+    """``profile`` with its block, buffer and takes sized for rows of ``row_bytes`` bytes.
 
-    Only a profile with ``block_bytes`` (remote) depends on the row size: its block
-    is the largest power of two of rows within ``block_bytes`` (clamped to
-    ``BLOCK_ROWS_RANGE``) and its buffer ``BLOCKS_PER_BUFFER`` blocks, so a read
-    request carries one to two megabytes and a window draws from 128 blocks whatever
-    the rows hold. Without a size (``None``) the profile is returned as it is (the
-    remote numbers suit rows of about 0.5 to 1 KiB).
+    - A profile with ``block_bytes`` (object storage, LanceDB servers): the block is
+      the largest power of two of rows within ``block_bytes`` (within
+      ``BLOCK_ROWS_RANGE``) and the buffer ``BLOCKS_PER_BUFFER`` blocks, so a read
+      request carries one to two megabytes and a window draws from 128 blocks
+      whatever the rows hold.
+    - Any other (local disk): its numbers (64-row blocks, a 32,768-row buffer),
+      made smaller for rows wide enough that a block would pass ``WIDE_BLOCK_BYTES``.
+    - Either way the buffer holds at most ``BUFFER_BYTES`` (whole blocks, one at
+      least), so the rows read ahead stay near half a gigabyte (two
+      buffers) whether a row holds a vector, an image or a video; and with
+      ``take_bytes`` a take carries at most that many bytes of rows.
+
+    Without a size (``None``) the profile is returned as it is.
     """
-    if profile.block_bytes is None or row_bytes is None or row_bytes <= 0:
+    if row_bytes is None or row_bytes <= 0:
         return profile
     low, high = BLOCK_ROWS_RANGE
-    fit = max(1, int(profile.block_bytes // row_bytes))
-    block = min(high, max(low, 1 << (fit.bit_length() - 1)))
-    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=block * BLOCKS_PER_BUFFER)
-
-
-def sized_for_blobs(profile: Profile, row_bytes: float) -> Profile:
-    """``profile`` sized for a table whose rows hold blobs of ``row_bytes`` bytes on average.
-
-    The block is the largest power of two of rows within ``BLOCK_BYTES`` (at least
-    one row, at most the profile's block) and the buffer the largest power of two of
-    rows within ``BLOB_BUFFER_BYTES`` (at least one block, at most the profile's
-    buffer), so the rows read ahead stay near a gigabyte (two buffers) whether a
-    blob holds a thumbnail or a video. Rows of a few hundred bytes keep the
-    profile's numbers.
-    """
-    if row_bytes <= 0:
-        return profile
-    block = min(profile.block_rows, _power_of_two_within(BLOCK_BYTES / row_bytes))
-    buffer = min(profile.shuffle_buffer_size, _power_of_two_within(BLOB_BUFFER_BYTES / row_bytes))
-    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=max(block, buffer))
+    if profile.block_bytes is not None:
+        block = min(high, max(low, _power_of_two_within(profile.block_bytes / row_bytes)))
+        buffer = block * BLOCKS_PER_BUFFER
+    else:
+        block = min(profile.block_rows, _power_of_two_within(WIDE_BLOCK_BYTES / row_bytes))
+        buffer = profile.shuffle_buffer_size
+    buffer = max(block, min(buffer, int(BUFFER_BYTES // row_bytes) // block * block))
+    take = profile.take_rows
+    if profile.take_bytes is not None:
+        fit = max(1, int(profile.take_bytes // row_bytes))
+        take = fit if take == 0 else min(take, fit)
+    return dataclasses.replace(profile, block_rows=block, shuffle_buffer_size=buffer, take_rows=take)
 
 
 def _power_of_two_within(rows: float) -> int:

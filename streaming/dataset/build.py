@@ -25,6 +25,8 @@ __all__ = ["build_engine"]
 
 _HANDLE = ("storage_options", "tag_snapshot", "connection_factory")
 """Settings that reach the table's handle, never a state."""
+_SIZES = ("block_rows", "shuffle_buffer_size")
+"""Plan sizes that, when not given, are sized for the table's rows."""
 
 
 def build_engine(table: Any, given: Mapping[str, Any]) -> DatasetEngine:
@@ -79,6 +81,7 @@ def _options(table: Any, given: Mapping[str, Any]) -> Options:
         "shuffle_buffer_size": profile.shuffle_buffer_size,
         "profile": profile,
         "profile_plan": profile_plan,
+        "user_sizes": tuple(name for name in _SIZES if given[name] is not None),
         "cache": cache_settings(given["cache_dir"], given["cache_limit"]),
         "num_splits": world_size if given["num_splits"] is None else given["num_splits"],
     }
@@ -95,8 +98,7 @@ def _first_view(
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
     """
-    row_bytes, has_blobs = blobs.row_bytes(handle, options.columns)
-    options = options.sized_for(row_bytes, blobs=has_blobs)
+    options = options.sized_for(blobs.row_bytes(handle, options.columns))
     index = None
     if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
         index = jobplan.shared_filter_index(snapshot, handle, options.filter)

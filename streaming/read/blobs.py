@@ -211,18 +211,18 @@ def check_columns(
     return BlobRead(found, handles=mode == "handles")
 
 
-def row_bytes(dataset: Any, columns: Sequence[str] | None) -> tuple[float | None, bool]:
-    """Bytes a row of ``columns`` takes, blobs included, and whether there are blob columns.
+def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
+    """Bytes a row of ``columns`` takes, blobs included (``None``: not known).
 
-    ``source.row_bytes`` counts the data files, which do not hold blobs stored in
-    files of their own; each blob column adds the mean size of its first
-    ``_SAMPLE_ROWS`` blobs (from their descriptors, without reading a blob).
+    ``source.row_bytes`` sizes the other columns; each blob column adds the mean
+    size of its first ``_SAMPLE_ROWS`` blobs (from their descriptors, without
+    reading a blob), since blobs stored in files of their own are in no data file.
     """
     names = [name for name in columns or dataset.schema.names if name in dataset.schema.names]
     found = blob_columns(dataset, names)
-    base = source.row_bytes(dataset, names)
+    base = source.row_bytes(dataset, [name for name in names if name not in found])
     if not found:
-        return base, False
+        return base
     total = base or 0.0
     for name in found:
         descriptors = dataset.to_table(columns=[name], limit=_SAMPLE_ROWS).column(name)
@@ -230,7 +230,7 @@ def row_bytes(dataset: Any, columns: Sequence[str] | None) -> tuple[float | None
             [chunk.field("size") for chunk in descriptors.chunks], pa.uint64()
         ).fill_null(0)
         total += float(np.mean(sizes.to_numpy())) if len(sizes) else 0.0
-    return total, True
+    return total
 
 
 def _starts(dataset: Any, snapshot: source.Snapshot) -> dict[int, int]:

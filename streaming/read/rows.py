@@ -66,11 +66,26 @@ def _column(chunked: pa.ChunkedArray) -> Column:
     The copy goes through Arrow's memory pool (``combine_chunks``), which hands
     large buffers back after use; a numpy concatenation measured the same speed
     but left the process's peak RSS growing with the number of reads (glibc
-    keeps freed large blocks). A single chunk is converted without a copy.
+    keeps freed large blocks). A single chunk is converted without a copy, and so
+    are strings and binaries (their values are copied into Python objects anyway:
+    joining them first would copy an image-wide read twice).
     """
     if chunked.num_chunks == 1:
         return _convert(chunked.chunk(0))
+    if _python_values(chunked.type):  # no joined copy: each chunk's values are copied out once
+        values: list[Any] = chunked.to_pylist()
+        return values
     return _convert(chunked.combine_chunks())
+
+
+def _python_values(type_: pa.DataType) -> bool:
+    """True for the types that convert to Python values (strings, binaries), never numpy."""
+    return bool(
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_binary(type_)
+        or pa.types.is_large_binary(type_)
+    )
 
 
 def gather(column: Column, indices: np.ndarray) -> Column:

@@ -53,18 +53,37 @@ __all__ = [
 ]
 
 
-def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
-    """Bytes a row of ``columns`` takes, from metadata only (no data is read).
+_SAMPLE_ROWS = 16
+"""Rows read to measure the width of columns whose size metadata cannot tell."""
+_CHECK_ABOVE = 4 << 10
+"""Bytes per row above which a data-file estimate for some of the columns is checked by a read."""
 
-    Exact when every column has a fixed width; otherwise the data files' sizes over
-    their rows (every column's, so an over-estimate when only some are read).
-    ``None`` when neither is known.
+
+def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
+    """Bytes a row of ``columns`` (``None``: every column) takes; ``None`` when unknown.
+
+    Exact when every column has a fixed width. Otherwise the data files' sizes over
+    their rows (every column's), or, when the files' sizes are unknown (a LanceDB
+    server's table) or say the rows are wide while only some columns are read, the
+    mean of the first ``_SAMPLE_ROWS`` rows of ``columns`` as read: one small read,
+    the same on every rank.
     """
     schema = dataset.schema
-    names = [name for name in columns or schema.names if name in schema.names]  # unknown: named later
+    everything = columns is None
+    names = list(schema.names) if everything else [name for name in columns or () if name in schema.names]
+    if not names:
+        return None
     widths = [_fixed_width(schema.field(name).type) for name in names]
     if all(width is not None for width in widths):
         return float(sum(width for width in widths if width is not None)) or None
+    estimate = _file_bytes_per_row(dataset)
+    if estimate is not None and (estimate <= _CHECK_ABOVE or len(names) == len(schema.names)):
+        return estimate
+    return _first_rows_bytes(dataset, names) or estimate
+
+
+def _file_bytes_per_row(dataset: Any) -> float | None:
+    """The data files' bytes over their rows, from metadata; ``None`` when a size is unknown."""
     total_bytes = total_rows = 0
     for fragment in dataset.get_fragments():
         sizes = [file.file_size_bytes for file in fragment.data_files()]
@@ -73,6 +92,12 @@ def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
         total_bytes += sum(sizes)
         total_rows += int(fragment.physical_rows)
     return total_bytes / total_rows if total_rows else None
+
+
+def _first_rows_bytes(dataset: Any, names: Sequence[str]) -> float | None:
+    """Mean bytes of the first rows of ``names`` as read (``None`` for an empty table)."""
+    table = dataset.to_table(columns=list(names), limit=_SAMPLE_ROWS)
+    return table.nbytes / table.num_rows if table.num_rows else None
 
 
 def _fixed_width(type_: pa.DataType) -> int | None:

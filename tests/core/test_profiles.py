@@ -14,7 +14,9 @@ from streaming.core.plan import window_rows_for
 from streaming.core.profiles import (
     BLOCK_BYTES,
     BLOCK_ROWS_RANGE,
+    BUFFER_BYTES,
     PROFILES,
+    WIDE_BLOCK_BYTES,
     choose_profile,
     profile_for,
     sized,
@@ -118,18 +120,54 @@ def test_the_remote_profile_reads_with_more_threads():
     assert dataclasses.replace(remote, io_queue_depth=32).io_threads == 32
 
 
+def _power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
 @given(row_bytes=st.floats(0.01, 1e9, allow_nan=False))
-def test_the_remote_block_fits_its_bytes_and_the_buffer_holds_128_blocks(row_bytes):
+def test_the_remote_block_fits_its_bytes_and_the_buffer_holds_128_blocks_within_its_bytes(row_bytes):
     profile = sized(PROFILES["remote"], row_bytes)
     block = profile.block_rows
     low, high = BLOCK_ROWS_RANGE
-    assert low <= block <= high and block & (block - 1) == 0, "a power of two within range"
+    assert low <= block <= high and _power_of_two(block), "a power of two within range"
     assert block * row_bytes <= BLOCK_BYTES or block == low
     assert block == high or block * 2 * row_bytes > BLOCK_BYTES, "the largest that fits"
-    assert profile.shuffle_buffer_size == 128 * block
+    buffer = profile.shuffle_buffer_size
+    assert buffer % block == 0 and block <= buffer <= 128 * block, "whole blocks"
+    assert buffer == 128 * block or (buffer + block) * row_bytes > BUFFER_BYTES, "128 unless too many bytes"
+    assert buffer * row_bytes <= BUFFER_BYTES or buffer == block
     assert profile.take_rows == PROFILES["remote"].take_rows == 0, "one take per fragment and read"
-    assert sized(PROFILES["local"], row_bytes) == PROFILES["local"]
-    assert sized(PROFILES["lancedb-server"], row_bytes).take_rows == PROFILES["lancedb-server"].take_rows
+
+
+@given(row_bytes=st.floats(0.01, 1e9, allow_nan=False))
+def test_every_profile_bounds_its_block_buffer_and_takes_in_bytes(row_bytes):
+    """Local disk keeps its numbers for narrow rows and shrinks them for wide ones: a
+    block within WIDE_BLOCK_BYTES, a buffer within BUFFER_BYTES, takes within
+    take_bytes (at least one row each)."""
+    local, server = PROFILES["local"], PROFILES["lancedb-server"]
+    for base in (local, server):
+        profile = sized(base, row_bytes)
+        assert profile.shuffle_buffer_size * row_bytes <= BUFFER_BYTES or (
+            profile.shuffle_buffer_size == profile.block_rows
+        )
+        assert 1 <= profile.take_rows <= base.take_rows
+        assert profile.take_rows * row_bytes <= base.take_bytes or profile.take_rows == 1
+    profile = sized(local, row_bytes)
+    block = profile.block_rows
+    assert _power_of_two(block) and block <= local.block_rows
+    assert block == local.block_rows or block * 2 * row_bytes > WIDE_BLOCK_BYTES, "the largest that fits"
+    assert block * row_bytes <= WIDE_BLOCK_BYTES or block == 1
+    if row_bytes * local.shuffle_buffer_size <= BUFFER_BYTES:
+        assert (block, profile.shuffle_buffer_size) == (local.block_rows, local.shuffle_buffer_size)
+
+
+@pytest.mark.parametrize(
+    ("row_bytes", "block", "buffer", "take"),
+    [(524, 64, 32_768, 8_192), (100_000, 8, 2_680, 83), (1 << 20, 1, 256, 8), (8 << 20, 1, 32, 1)],
+)
+def test_the_local_profile_for_narrow_rows_and_images(row_bytes, block, buffer, take):
+    profile = sized(PROFILES["local"], row_bytes)
+    assert (profile.block_rows, profile.shuffle_buffer_size, profile.take_rows) == (block, buffer, take)
 
 
 def test_without_a_row_size_the_remote_profile_keeps_its_numbers():

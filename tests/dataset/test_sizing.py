@@ -1,0 +1,113 @@
+"""Sized by bytes: the default block, buffer and takes of a table follow its row width.
+
+The numbers themselves are pure (``tests/core/test_profiles.py``); these tests show a
+real table reaching them: images in a plain binary column (the way most people store
+them), the narrow columns of such a table, sizes the user gives, and a table on a
+LanceDB server, whose row size no metadata tells (one small read does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import lance
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from benchmarks.harness.lancedb_stand_in import StandIn, running
+from streaming import StreamingDataLoader, StreamingDataset
+from streaming.core.profiles import BUFFER_BYTES, PROFILES, WIDE_BLOCK_BYTES, sized
+from streaming.read import source
+
+from helpers import ids_of
+
+ROWS = 40
+WIDTH = 1 << 20  # a 1 MiB image a row
+API_KEY = "sk-sizing-0123456789"
+
+
+def image_rows(count: int, width: int) -> pa.Table:
+    """``count`` rows of (id, label, image): ``width`` random bytes in a plain binary column."""
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, size=width, dtype=np.uint8).tobytes() for _ in range(count)]
+    return pa.table({"id": np.arange(count), "label": np.arange(count) % 10, "image": pa.array(images)})
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> str:
+    """40 rows of 1 MiB images in two fragments, with two rows deleted."""
+    uri = str(tmp_path_factory.mktemp("sizing") / "images.lance")
+    lance.write_dataset(image_rows(ROWS, WIDTH), uri, max_rows_per_file=ROWS // 2)
+    lance.dataset(uri).delete("id IN (7, 30)")
+    return uri
+
+
+def plan_of(data: StreamingDataset) -> tuple[int, int]:
+    plan = data.state_dict()["plan"]
+    return plan["block_rows"], plan["window_rows"]
+
+
+def test_images_in_a_plain_binary_column_get_a_block_and_buffer_within_their_budgets(images):
+    """1 MiB rows (and a few bytes): one-row blocks and a 255-row buffer (256 MiB), not
+    64-row blocks and a 32,768-row buffer (32 GiB); every live row still comes once, at
+    k=0 and k=2."""
+    row_bytes = source.row_bytes(lance.dataset(images), None)
+    assert row_bytes is not None and WIDTH < row_bytes < WIDTH + 1024, "the data files' bytes a row"
+    fitted = sized(PROFILES["local"], row_bytes)
+    assert (fitted.block_rows, fitted.shuffle_buffer_size) == (1, 255)
+    data = StreamingDataset(images, num_splits=2, shuffle_seed=3)
+    block, window = plan_of(data)
+    assert block * row_bytes <= WIDE_BLOCK_BYTES or block == 1
+    assert (block, window) == (1, 255 // 2), "the buffer is cut between the splits"
+    assert window * 2 * row_bytes <= BUFFER_BYTES
+    live = [i for i in range(ROWS) if i not in (7, 30)]
+    assert sorted(ids_of(data)) == live
+    loader = StreamingDataLoader(
+        StreamingDataset(images, num_splits=2, shuffle_seed=3), batch_size=4, num_workers=2
+    )
+    assert sorted(int(i) for batch in loader for i in batch["id"]) == live
+
+
+def test_the_narrow_columns_of_a_wide_table_keep_the_narrow_plan(images):
+    """The data files say the rows are wide; a read of the first rows of the chosen
+    columns says these are 16 bytes, so the profile's numbers stay."""
+    local = PROFILES["local"]
+    data = StreamingDataset(images, num_splits=4, columns=["id", "label"])
+    assert plan_of(data) == (local.block_rows, local.shuffle_buffer_size // 4)
+
+
+def test_sizes_the_user_gives_win_and_the_other_is_sized(images):
+    assert plan_of(StreamingDataset(images, num_splits=4, block_rows=2, shuffle_buffer_size=8)) == (2, 2)
+    given_block = StreamingDataset(images, num_splits=4, block_rows=4)
+    assert plan_of(given_block) == (4, 60), "a 255-row buffer (sized) of 4-row blocks (given)"
+    given_buffer = StreamingDataset(images, num_splits=1, shuffle_buffer_size=4_096)
+    assert plan_of(given_buffer) == (1, 4_096), "a one-row block (sized) in the given buffer"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[StandIn]:
+    """The LanceDB server stand-in over a table of 48 rows of 256 KiB images."""
+    root: Path = tmp_path_factory.mktemp("sizing-server")
+    lancedb.connect(str(root)).create_table("images", image_rows(48, 256 << 10))
+    with running(str(root), api_key=API_KEY) as stand_in:
+        yield stand_in
+
+
+def test_a_lancedb_server_table_is_sized_by_a_read_of_its_first_rows(server):
+    """No metadata gives a server table's row size: without the 16-row read its plan
+    would be 2,048-row blocks and a 262,144-row buffer (64 GiB of these rows)."""
+    table = server.connect(api_key=API_KEY).open_table("images")
+    server.reset()
+    data = StreamingDataset(table, num_splits=2, shuffle_seed=1)
+    assert [body.get("k", body.get("limit")) for body in server.query_bodies()] == [16]
+    row_bytes = (256 << 10) + 16
+    fitted = sized(PROFILES["lancedb-server"], row_bytes)
+    assert (fitted.block_rows, fitted.shuffle_buffer_size, fitted.take_rows) == (4, 512, 63)
+    assert plan_of(data) == (4, 256)
+    server.reset()
+    assert sorted(ids_of(data)) == list(range(48))
+    takes = server.stats()["requests"].get("query", 0)
+    assert takes >= 1 and server.stats()["rows"] == 48, "each row fetched once, in takes of 63 rows or fewer"
