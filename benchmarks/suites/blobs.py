@@ -53,8 +53,9 @@ FRAGMENTS = 4
 KINDS = ("blob", "plain", "files")
 BLOB_FIELD = pa.field("img", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
 PLAN = (4, 1024)
-"""(block_rows, shuffle_buffer_size) of both tables: what the blob table's images get by
-default (blocks of at most 2 MiB, a buffer of at most 512 MiB), so only the read path differs."""
+"""(block_rows, shuffle_buffer_size) of both tables, given explicitly to both so only the
+read path differs (about what images of a few hundred KiB get by default: blocks of at most
+1 MiB, a buffer of at most 256 MiB)."""
 THUMB = 64  # decoded images are shrunk to this side before they travel to the trainer
 SAMPLE_S = 0.02
 
