@@ -33,7 +33,8 @@ BLOCK_BYTES = 2 << 20
 WIDE_BLOCK_BYTES = 1 << 20
 """Any other profile's block holds at most this many bytes of rows (one row at least)."""
 BUFFER_BYTES = 256 << 20
-"""Every profile's shuffle buffer holds at most this many bytes of rows (one block at least)."""
+"""A profile's shuffle buffer holds at most this many bytes of rows (one block at least),
+unless it says otherwise (``Profile.buffer_bytes``: local disks 128 MiB)."""
 BLOCK_ROWS_RANGE = (1, 8_192)
 """Blocks sized by ``block_bytes`` stay within these bounds (narrow rows do not make
 blocks of millions of rows; a row wider than a block is a block of one)."""
@@ -66,6 +67,8 @@ class Profile:
     """When set, ``sized`` gives a table's rows blocks of up to this many bytes (and a
     buffer of ``BLOCKS_PER_BUFFER`` blocks), larger or smaller than ``block_rows``;
     ``None``: the numbers above, made smaller for wide rows (``WIDE_BLOCK_BYTES``)."""
+    buffer_bytes: int = BUFFER_BYTES
+    """The shuffle buffer holds at most this many bytes of rows (whole blocks, one at least)."""
     take_bytes: int | None = None
     """When set, a take carries at most about this many bytes of rows (fewer offsets
     than ``take_rows`` for wide rows: Lance's large takes of wide rows cost several
@@ -75,7 +78,13 @@ class Profile:
 PROFILES = {
     profile.name: profile
     for profile in (
-        Profile("local", block_rows=64, shuffle_buffer_size=32_768, take_bytes=8 << 20),
+        Profile(
+            "local",
+            block_rows=64,
+            shuffle_buffer_size=32_768,
+            buffer_bytes=128 << 20,
+            take_bytes=8 << 20,
+        ),
         Profile(
             "remote",
             block_rows=2_048,
@@ -156,10 +165,10 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
       whatever the rows hold.
     - Any other (local disk): its numbers (64-row blocks, a 32,768-row buffer),
       made smaller for rows wide enough that a block would pass ``WIDE_BLOCK_BYTES``.
-    - Either way the buffer holds at most ``BUFFER_BYTES`` (whole blocks, one at
-      least), so the rows read ahead stay near half a gigabyte (two
-      buffers) whether a row holds a vector, an image or a video; and with
-      ``take_bytes`` a take carries at most that many bytes of rows.
+    - Either way the buffer holds at most ``buffer_bytes`` (whole blocks, one at
+      least; 128 MiB on a local disk, 256 MiB remote), so the rows read ahead stay
+      within two buffers whether a row holds a vector, an image or a video; and
+      with ``take_bytes`` a take carries at most that many bytes of rows.
 
     Without a size (``None``) the profile is returned as it is.
     """
@@ -172,7 +181,7 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     else:
         block = min(profile.block_rows, _power_of_two_within(WIDE_BLOCK_BYTES / row_bytes))
         buffer = profile.shuffle_buffer_size
-    buffer = max(block, min(buffer, int(BUFFER_BYTES // row_bytes) // block * block))
+    buffer = max(block, min(buffer, int(profile.buffer_bytes // row_bytes) // block * block))
     take = profile.take_rows
     if profile.take_bytes is not None:
         fit = max(1, int(profile.take_bytes // row_bytes))

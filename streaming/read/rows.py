@@ -3,7 +3,8 @@
 Numeric and bool columns become numpy arrays (a row's value is a numpy scalar),
 fixed-size lists become 2-D (or deeper) numpy arrays (a row's value is an array),
 variable-length lists become one numpy array per row, strings and binaries become
-``str``/``bytes``. Columns with nulls or other types fall back to Python values.
+``str``/``bytes`` (wide ones, such as images, only as their rows are gathered:
+``WideValues``). Columns with nulls or other types fall back to Python values.
 
 The converted columns stay in storage order, shared by every window of one read;
 a window only holds its gather order. Rows are gathered when they are handed
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Column", "Rows", "Sample", "Storage", "gather"]
+__all__ = ["Column", "Rows", "Sample", "Storage", "WideValues", "gather"]
 
 Sample = dict[str, Any]
 Column = np.ndarray | list[Any]
@@ -60,7 +61,7 @@ def _convert(array: pa.Array) -> Column:
     return result
 
 
-def _column(chunked: pa.ChunkedArray) -> Column:
+def _column(chunked: pa.ChunkedArray) -> Column | WideValues:
     """One converted column: a read has one chunk per fragment, joined by one copy.
 
     The copy goes through Arrow's memory pool (``combine_chunks``), which hands
@@ -70,12 +71,47 @@ def _column(chunked: pa.ChunkedArray) -> Column:
     are strings and binaries (their values are copied into Python objects anyway:
     joining them first would copy an image-wide read twice).
     """
+    if _python_values(chunked.type) and len(chunked) and chunked.nbytes >= WIDE_VALUE_BYTES * len(chunked):
+        return WideValues(chunked)
     if chunked.num_chunks == 1:
         return _convert(chunked.chunk(0))
     if _python_values(chunked.type):  # no joined copy: each chunk's values are copied out once
         values: list[Any] = chunked.to_pylist()
         return values
     return _convert(chunked.combine_chunks())
+
+
+WIDE_VALUE_BYTES = 4 << 10
+"""Strings and binaries at least this wide on average (images, audio) stay Arrow until
+their rows are gathered: a read is never copied into Python objects all at once."""
+
+
+class WideValues:
+    """A column of wide strings or binaries, kept as read; values copied out when gathered.
+
+    Converting a whole read of images to ``bytes`` before its first batch would copy it
+    all at once (and hold both copies); here each gathered row is copied once, when its
+    batch is made, and the read's memory is Arrow's alone until then.
+    """
+
+    def __init__(self, chunked: pa.ChunkedArray) -> None:
+        self._chunks = [chunk for chunk in chunked.chunks if len(chunk)]
+        lengths = [len(chunk) for chunk in self._chunks]
+        self._starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64)
+        self._length = sum(lengths)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def take(self, indices: np.ndarray) -> list[Any]:
+        """The values at ``indices``, as ``bytes`` / ``str`` (``None`` for a null)."""
+        rows = np.asarray(indices, dtype=np.int64)
+        if len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < self._length:
+            raise IndexError(f"rows {rows.min()}..{rows.max()} of a read of {self._length} rows")
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        within = rows - self._starts[which]
+        chunks = self._chunks
+        return [chunks[c][i].as_py() for c, i in zip(which.tolist(), within.tolist(), strict=True)]
 
 
 def _python_values(type_: pa.DataType) -> bool:
@@ -88,8 +124,10 @@ def _python_values(type_: pa.DataType) -> bool:
     )
 
 
-def gather(column: Column, indices: np.ndarray) -> Column:
+def gather(column: Column | WideValues, indices: np.ndarray) -> Column:
     """``column``'s values at ``indices``: a fresh numpy array, or a list."""
+    if isinstance(column, WideValues):
+        return column.take(indices)
     if isinstance(column, np.ndarray):
         if column.ndim > 1:
             return np.take(column, indices, axis=0)  # faster than fancy indexing for rows

@@ -147,7 +147,7 @@ def test_every_profile_bounds_its_block_buffer_and_takes_in_bytes(row_bytes):
     local, server = PROFILES["local"], PROFILES["lancedb-server"]
     for base in (local, server):
         profile = sized(base, row_bytes)
-        assert profile.shuffle_buffer_size * row_bytes <= BUFFER_BYTES or (
+        assert profile.shuffle_buffer_size * row_bytes <= base.buffer_bytes or (
             profile.shuffle_buffer_size == profile.block_rows
         )
         assert 1 <= profile.take_rows <= base.take_rows
@@ -157,13 +157,13 @@ def test_every_profile_bounds_its_block_buffer_and_takes_in_bytes(row_bytes):
     assert _power_of_two(block) and block <= local.block_rows
     assert block == local.block_rows or block * 2 * row_bytes > WIDE_BLOCK_BYTES, "the largest that fits"
     assert block * row_bytes <= WIDE_BLOCK_BYTES or block == 1
-    if row_bytes * local.shuffle_buffer_size <= BUFFER_BYTES:
+    if row_bytes * local.shuffle_buffer_size <= local.buffer_bytes:
         assert (block, profile.shuffle_buffer_size) == (local.block_rows, local.shuffle_buffer_size)
 
 
 @pytest.mark.parametrize(
     ("row_bytes", "block", "buffer", "take"),
-    [(524, 64, 32_768, 8_192), (100_000, 8, 2_680, 83), (1 << 20, 1, 256, 8), (8 << 20, 1, 32, 1)],
+    [(524, 64, 32_768, 8_192), (100_000, 8, 1_336, 83), (1 << 20, 1, 128, 8), (8 << 20, 1, 16, 1)],
 )
 def test_the_local_profile_for_narrow_rows_and_images(row_bytes, block, buffer, take):
     profile = sized(PROFILES["local"], row_bytes)
