@@ -11,6 +11,7 @@ into the loader.
 
 from __future__ import annotations
 
+import multiprocessing.forkserver
 import sys
 import weakref
 from collections.abc import Iterator
@@ -33,7 +34,9 @@ __all__ = ["PRELOAD", "Launch"]
 
 PRELOAD = ("torch", "numpy", "pyarrow", "streaming.loader.loader")
 """What the fork server imports once for every worker; never Lance (not fork-safe once
-loaded), which ``streaming.loader.loader`` does not import."""
+loaded), which ``streaming.loader.loader`` does not import. A loader with workers starts
+the fork server when it is built, so that these imports (about 2 s on 2 cores, torch's
+most of it) run while the program builds its model, not after its first ``iter()``."""
 
 _PRELOAD_HERE = sys.platform.startswith("linux")
 """Only on Linux: on macOS, forking after torch/numpy loaded Apple's frameworks is unsafe."""
@@ -61,6 +64,9 @@ class Launch:
         # a fork server the loader chose is preloaded; a context the user passed is left alone
         context = loader.multiprocessing_context
         self._preload = chosen_here and _PRELOAD_HERE and context.get_start_method() == "forkserver"
+        if self._preload and loader.num_workers > 0:  # its imports overlap whatever runs before iter()
+            _compat.forkserver_preload(context, PRELOAD)
+            multiprocessing.forkserver.ensure_running()
         self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
         self.framework_counts = False
 
