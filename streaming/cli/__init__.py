@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._common import FAILURES, one_line
+from ._tables import add_table_options
 from .cache import run as run_cache
 from .inspect import run as run_inspect
 from .merge import run as run_merge
@@ -66,16 +67,6 @@ def _add_state_options(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_storage_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="object-store option (credentials, endpoint); repeat for several",
-    )
-
-
 def _add_inspect(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
@@ -87,7 +78,7 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument(
         "--no-table", action="store_true", help="do not open the table (percent done stays unknown)"
     )
-    _add_storage_option(inspect)
+    add_table_options(inspect)
     inspect.add_argument("--all", action="store_true", help="list every split, however many")
     inspect.set_defaults(run=run_inspect)
 
@@ -110,7 +101,11 @@ def _add_plan(commands: Any) -> None:
     plan = commands.add_parser(
         "plan", help="split length, surplus rows, fragments per split and what each rank would get"
     )
-    plan.add_argument("uri", metavar="URI", help="Lance dataset URI (local path, s3://, gs://, az://)")
+    plan.add_argument(
+        "uri",
+        metavar="URI",
+        help="Lance dataset URI (local path, s3://, gs://, az://) or db://DATABASE/TABLE",
+    )
     plan.add_argument("--num-splits", type=int, required=True, metavar="S")
     plan.add_argument("--world-size", type=int, default=1, metavar="W")
     plan.add_argument("--num-workers", type=int, default=0, metavar="K", help="DataLoader workers per rank")
@@ -119,7 +114,7 @@ def _add_plan(commands: Any) -> None:
     plan.add_argument("--shuffle-seed", type=int, default=0)
     plan.add_argument("--epoch", type=int, default=0)
     plan.add_argument("--no-shuffle", action="store_true", help="storage order")
-    _add_storage_option(plan)
+    add_table_options(plan)
     plan.add_argument("--all", action="store_true", help="list every split and rank, however many")
     plan.set_defaults(run=run_plan)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ._common import FAILURES, ints, one_line, print_listing, storage_options
 from ._states import read_state
+from ._tables import engine, open_table
 
 __all__ = ["run"]
 
@@ -47,15 +48,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int | None, str]:
-    """L of the snapshot the state pins, found by loading the state; else why not."""
-    from ..dataset.dataset import StreamingDataset
-
-    plan, options = state["plan"], storage_options(args.storage_option)  # a bad option fails
+    """L of the snapshot the state pins, found by loading the state; else why not (one sentence)."""
+    plan = state["plan"]
+    storage_options(args.storage_option)  # a malformed option fails the command
     try:
-        dataset = StreamingDataset(
-            state["table"]["uri"],
+        dataset = engine(
+            open_table(state["table"]["uri"], args),
+            args,
             version=state["table"]["version"],
-            storage_options=options,
             num_splits=state["num_splits"],
             shuffle=state["shuffle"],
             shuffle_seed=state["shuffle_seed"],
