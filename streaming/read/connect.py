@@ -50,7 +50,8 @@ def open_db_table(
     except ValueError as error:  # lancedb: "Table 'x' was not found"
         raise ValueError(
             f"the LanceDB server of {uri!r} has no such table ({error}); check the database, "
-            "namespace and table name, and that the region or host (--region, --host-override) is its server's"
+            "namespace and table name, and that the region or host (--region, --host-override) "
+            "is its server's"
         ) from None
     except RuntimeError as error:  # lancedb's HttpError and other client errors
         text = " ".join(str(error).split())
