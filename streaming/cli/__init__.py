@@ -1,4 +1,5 @@
-"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan``, ``cache`` and ``bench``.
+"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan``, ``profile``, ``cache``
+and ``bench``.
 
 Run it as ``lance-streaming COMMAND`` or ``python -m streaming COMMAND``. A failure
 prints one line on stderr and exits with 1; a usage error exits with 2.
@@ -19,6 +20,7 @@ from .cache import run as run_cache
 from .inspect import run as run_inspect
 from .merge import run as run_merge
 from .plan import run as run_plan
+from .profile import add_parser as add_profile
 from .run import run_bench, run_demo, run_demo_step
 
 __all__ = ["main"]
@@ -37,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_inspect(commands)
     _add_merge(commands)
     _add_plan(commands)
+    add_profile(commands)
     _add_cache(commands)
     bench = commands.add_parser(
         "bench",
