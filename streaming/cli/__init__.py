@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._common import FAILURES, one_line
-from ._tables import add_table_options
+from ._common import FAILURES, add_table_options, one_line
 from .cache import run as run_cache
 from .inspect import run as run_inspect
 from .merge import run as run_merge

@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import Any
 
 from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
-from ._common import storage_options
+from ._common import KEY_VARIABLE, storage_options
 
-__all__ = ["DATASET_DEFAULTS", "KEY_VARIABLE", "add_table_options", "engine", "open_table"]
-
-KEY_VARIABLE = "LANCEDB_API_KEY"
-"""Where the API key of a LanceDB server is read from (lancedb's own variable)."""
+__all__ = ["DATASET_DEFAULTS", "engine", "open_table"]
 
 DATASET_DEFAULTS: dict[str, Any] = {
     "num_splits": None,
@@ -64,27 +60,6 @@ DATASET_DEFAULTS: dict[str, Any] = {
     "blobs": "bytes",
 }
 """``StreamingDataset``'s keywords and defaults (``tests/cli/test_start_up.py`` compares)."""
-
-
-def add_table_options(command: argparse.ArgumentParser) -> None:
-    """``--storage-option`` for object storage; the key file, region and host of a LanceDB server."""
-    command.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="object-store option (credentials, endpoint); repeat for several",
-    )
-    command.add_argument(
-        "--api-key-file",
-        type=Path,
-        metavar="FILE",
-        help=f"db:// tables: a file holding the API key (default: ${KEY_VARIABLE})",
-    )
-    command.add_argument("--region", default="us-east-1", help="db:// tables: the LanceDB Cloud region")
-    command.add_argument(
-        "--host-override", metavar="URL", help="db:// tables: the server's URL (LanceDB Enterprise)"
-    )
 
 
 def open_table(uri: str, args: argparse.Namespace) -> Any:

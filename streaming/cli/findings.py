@@ -135,9 +135,9 @@ def _short_run(result: LoaderProfile) -> list[str]:
     if result.stats.get("windows_read", 0) > 2 * result.num_splits:
         return []
     return [
-        f"note: {result.batches} batches read {int(result.stats.get('windows_read', 0))} shuffle windows "
-        f"over {result.num_splits} splits, so the loop served rows read before it; draw more batches "
-        "(--batches) to measure steady-state reading"
+        f"note: the run read {int(result.stats.get('windows_read', 0))} shuffle windows for "
+        f"{result.num_splits} splits (the first of each before the first batch, then read-ahead), so "
+        "steady-state reading is barely in these numbers; draw more batches (--batches) to measure it"
     ]
 
 
@@ -154,6 +154,8 @@ def advise(result: LoaderProfile) -> list[str]:
             "batch_size or num_workers=0: reading and transforms take little time per row, so the wait "
             "is in handing batches over from the workers; larger batches, or no workers, hand over less often"
         )
+    if not found:
+        found.append("no setting stands out: reading and turning rows into samples cost little per row")
     if result.step_seconds <= 0:
         found.insert(
             0,

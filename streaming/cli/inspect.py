@@ -7,7 +7,6 @@ from typing import Any
 
 from ._common import FAILURES, ints, one_line, print_listing, storage_options
 from ._states import read_state
-from ._tables import engine, open_table
 
 __all__ = ["run"]
 
@@ -49,6 +48,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int | None, str]:
     """L of the snapshot the state pins, found by loading the state; else why not (one sentence)."""
+    from ._tables import engine, open_table
+
     plan = state["plan"]
     storage_options(args.storage_option)  # a malformed option fails the command
     try:

@@ -6,7 +6,6 @@ import argparse
 from typing import Any
 
 from ._common import count, ints, print_listing
-from ._tables import engine, open_table
 
 __all__ = ["run"]
 
@@ -14,6 +13,7 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Print the epoch plan of a table and what a topology would get of it."""
     from ..core.plan import worker_splits
+    from ._tables import engine, open_table
 
     if args.num_workers < 0:
         raise ValueError(f"--num-workers must be 0 or more, got {args.num_workers}")

@@ -5,14 +5,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._tables import open_table
-
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: Any) -> None:
     """The ``profile`` command's arguments: the table, the dataset and loader settings, the run."""
-    from ._tables import add_table_options
+    from ._common import add_table_options
 
     command = commands.add_parser(
         "profile",
@@ -49,6 +47,7 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Profile the loader and print what was measured, then the settings to change."""
     from ._common import storage_options
+    from ._tables import open_table
     from .profiling import profile
 
     settings: dict[str, Any] = {

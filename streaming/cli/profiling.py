@@ -207,7 +207,7 @@ def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
 def _counted_handle(dataset: Any, num_workers: int, options: Any) -> tuple[Any, str]:
     """The handle whose I/O counters see every read, or None and why not."""
     if num_workers > 0:
-        return None, "counted only without workers (num_workers=0): each worker reads with its own handle"
+        return None, "each worker reads with its own handle; run with num_workers=0 to count them"
     if dataset.table_uri.startswith("db://"):
         return None, "a LanceDB server's requests are not counted by its client"
     handle = _handle(dataset, {"storage_options": options})

@@ -84,7 +84,7 @@ def test_workers_report_their_peak_memory_and_requests_say_why_not(local):
     assert len(result.worker_peak_bytes) == 2
     assert all(peak > 50 * 2**20 for peak in result.worker_peak_bytes), result.worker_peak_bytes
     assert result.requests is None
-    assert "without workers" in result.requests_note
+    assert "run with num_workers=0 to count them" in result.requests_note
 
 
 def test_an_expensive_transform_is_named_and_more_workers_advised(local):
