@@ -65,19 +65,33 @@ def profile(
     with _bar(batches, progress) as bar:
         timing = _draw(loader, dataset, batches=batches, step_seconds=step_seconds, bar=bar)
     after = _io_requests(handle)
-    plan = dataset.plan.settings
-    stats = dataset.stats()
+    timing.start, timing.opened = start, opened
+    requests = None if before is None or after is None else after - before
+    return _found(dataset, loader, timing, settings, requests=(requests, note), step_seconds=step_seconds)
+
+
+def _found(
+    dataset: Any,
+    loader: Any,
+    timing: _Timing,
+    settings: dict[str, Any],
+    *,
+    requests: tuple[int | None, str],
+    step_seconds: float,
+) -> LoaderProfile:
+    """What was measured, as one value."""
+    plan, stats = dataset.plan.settings, dataset.stats()
     return LoaderProfile(
         table_uri=dataset.table_uri,
         version=dataset.version,
         num_splits=dataset.num_splits,
         block_rows=plan.block_rows,
         shuffle_buffer_size=plan.window_rows * dataset.num_splits,
-        batch_size=batch_size,
-        num_workers=num_workers,
+        batch_size=loader.batch_size,
+        num_workers=loader.num_workers,
         step_seconds=step_seconds,
-        open_seconds=opened - start,
-        first_batch_seconds=timing.first - start,
+        open_seconds=timing.opened - timing.start,
+        first_batch_seconds=timing.first - timing.start,
         batches=timing.batches,
         rows=int(stats["rows_delivered"]) - timing.first_rows,
         loop_seconds=timing.end - timing.first,
@@ -85,16 +99,18 @@ def profile(
         stats=stats,
         trainer_peak_bytes=_own_peak(),
         worker_peak_bytes=timing.worker_peaks,
-        requests=None if before is None or after is None else after - before,
-        requests_note=note,
+        requests=requests[0],
+        requests_note=requests[1],
         remote=_is_remote(dataset.table_uri),
         cache_dir=_cache_dir(settings),
-        plain_binary_columns=_plain_binary(handle if handle is not None else _handle(dataset, settings)),
+        plain_binary_columns=_plain_binary(_handle(dataset, settings)),
     )
 
 
 @dataclass
 class _Timing:
+    start: float = 0.0
+    opened: float = 0.0
     first: float = 0.0
     first_rows: int = 0
     end: float = 0.0
