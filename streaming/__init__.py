@@ -10,6 +10,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .cli.findings import LoaderProfile
+    from .cli.profiling import profile
     from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
@@ -37,6 +39,7 @@ __all__ = [
     "CacheUnusedWarning",
     "CacheWarning",
     "EpochCompleteWarning",
+    "LoaderProfile",
     "PackingEstimateWarning",
     "PartialStateWarning",
     "SeededTransformWarning",
@@ -54,6 +57,7 @@ __all__ = [
     "UnownedSplitsWarning",
     "gather_state_dict",
     "load_state_dict",
+    "profile",
     "save_state_dict",
 ]
 
@@ -64,6 +68,7 @@ _HOMES = {
     "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
+    "LoaderProfile": ".cli.findings",
     "PackingEstimateWarning": ".errors",
     "PartialStateWarning": ".errors",
     "SeededTransformWarning": ".errors",
@@ -81,6 +86,7 @@ _HOMES = {
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",
     "load_state_dict": ".distributed",
+    "profile": ".cli.profiling",
     "save_state_dict": ".distributed",
 }
 

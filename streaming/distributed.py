@@ -12,9 +12,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
-from .dataset.dataset import StreamingDataset
 from .errors import PartialStateWarning
-from .mixture.mixture import StreamingMixture
 
 __all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
 
@@ -46,6 +44,9 @@ def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
         )
     states: list[Any] = [None] * dist.get_world_size(group)
     dist.all_gather_object(states, obj.state_dict(), group=group)
+    from .dataset.dataset import StreamingDataset  # here: save_state_dict alone never imports torch
+    from .mixture.mixture import StreamingMixture
+
     if isinstance(states[0], dict) and states[0].get("kind") == "mixture":
         return StreamingMixture.merge_state_dicts(states)
     return StreamingDataset.merge_state_dicts(states)

@@ -1,4 +1,5 @@
-"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan``, ``cache`` and ``bench``.
+"""Command line of lance-streaming: ``demo``, ``inspect``, ``merge``, ``plan``, ``profile``, ``cache``
+and ``bench``.
 
 Run it as ``lance-streaming COMMAND`` or ``python -m streaming COMMAND``. A failure
 prints one line on stderr and exits with 1; a usage error exits with 2.
@@ -13,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ._common import FAILURES, one_line
+from ._common import FAILURES, add_table_options, one_line
 from .cache import run as run_cache
 from .inspect import run as run_inspect
 from .merge import run as run_merge
 from .plan import run as run_plan
+from .profile import add_parser as add_profile
 from .run import run_bench, run_demo, run_demo_step
 
 __all__ = ["main"]
@@ -36,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_inspect(commands)
     _add_merge(commands)
     _add_plan(commands)
+    add_profile(commands)
     _add_cache(commands)
     bench = commands.add_parser(
         "bench",
@@ -66,16 +69,6 @@ def _add_state_options(command: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_storage_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="object-store option (credentials, endpoint); repeat for several",
-    )
-
-
 def _add_inspect(commands: Any) -> None:
     inspect = commands.add_parser(
         "inspect",
@@ -87,7 +80,7 @@ def _add_inspect(commands: Any) -> None:
     inspect.add_argument(
         "--no-table", action="store_true", help="do not open the table (percent done stays unknown)"
     )
-    _add_storage_option(inspect)
+    add_table_options(inspect)
     inspect.add_argument("--all", action="store_true", help="list every split, however many")
     inspect.set_defaults(run=run_inspect)
 
@@ -110,7 +103,11 @@ def _add_plan(commands: Any) -> None:
     plan = commands.add_parser(
         "plan", help="split length, surplus rows, fragments per split and what each rank would get"
     )
-    plan.add_argument("uri", metavar="URI", help="Lance dataset URI (local path, s3://, gs://, az://)")
+    plan.add_argument(
+        "uri",
+        metavar="URI",
+        help="Lance dataset URI (local path, s3://, gs://, az://) or db://DATABASE/TABLE",
+    )
     plan.add_argument("--num-splits", type=int, required=True, metavar="S")
     plan.add_argument("--world-size", type=int, default=1, metavar="W")
     plan.add_argument("--num-workers", type=int, default=0, metavar="K", help="DataLoader workers per rank")
@@ -119,7 +116,7 @@ def _add_plan(commands: Any) -> None:
     plan.add_argument("--shuffle-seed", type=int, default=0)
     plan.add_argument("--epoch", type=int, default=0)
     plan.add_argument("--no-shuffle", action="store_true", help="storage order")
-    _add_storage_option(plan)
+    add_table_options(plan)
     plan.add_argument("--all", action="store_true", help="list every split and rank, however many")
     plan.set_defaults(run=run_plan)
 

@@ -47,15 +47,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def _split_length(state: dict[str, Any], args: argparse.Namespace) -> tuple[int | None, str]:
-    """L of the snapshot the state pins, found by loading the state; else why not."""
-    from ..dataset.dataset import StreamingDataset
+    """L of the snapshot the state pins, found by loading the state; else why not (one sentence)."""
+    from ._tables import engine, open_table
 
-    plan, options = state["plan"], storage_options(args.storage_option)  # a bad option fails
+    plan = state["plan"]
+    storage_options(args.storage_option)  # a malformed option fails the command
     try:
-        dataset = StreamingDataset(
-            state["table"]["uri"],
+        dataset = engine(
+            open_table(state["table"]["uri"], args),
+            args,
             version=state["table"]["version"],
-            storage_options=options,
             num_splits=state["num_splits"],
             shuffle=state["shuffle"],
             shuffle_seed=state["shuffle_seed"],

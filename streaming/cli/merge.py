@@ -11,8 +11,8 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Merge the states of every rank of a run into one JSON state."""
-    from ..dataset.dataset import StreamingDataset
     from ..distributed import save_state_dict
+    from ..state.merge import merge_states
 
     states = [read_state(path, key=args.key)[0] for path in args.states]
     if states[0].get("kind") == "mixture":
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         save_state_dict(merged, args.output)
         print(f"merged {len(states)} mixture states (step {merged['step']}) into {args.output}")
         return 0
-    merged = StreamingDataset.merge_state_dicts(states, allow_lag=args.allow_lag)
+    merged = merge_states(states, allow_lag=args.allow_lag)  # StreamingDataset.merge_state_dicts
     save_state_dict(merged, args.output)
     owned = len(merged["owned_splits"])
     print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ._common import count, ints, print_listing, storage_options
+from ._common import count, ints, print_listing
 
 __all__ = ["run"]
 
@@ -13,12 +13,13 @@ __all__ = ["run"]
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Print the epoch plan of a table and what a topology would get of it."""
     from ..core.plan import worker_splits
-    from ..dataset.dataset import StreamingDataset
+    from ._tables import engine, open_table
 
     if args.num_workers < 0:
         raise ValueError(f"--num-workers must be 0 or more, got {args.num_workers}")
-    dataset = StreamingDataset(
-        args.uri,
+    dataset = engine(
+        open_table(args.uri, args),
+        args,
         num_splits=args.num_splits,
         rank=0,
         world_size=args.world_size,
@@ -27,7 +28,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         shuffle=not args.no_shuffle,
         shuffle_seed=args.shuffle_seed,
         epoch=args.epoch,
-        storage_options=storage_options(args.storage_option),
     )
     if args.num_workers > 1:  # raises the loader's divisibility error, with the fix
         worker_splits(

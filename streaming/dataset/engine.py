@@ -17,8 +17,6 @@ from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from torch.utils.data import get_worker_info
-
 from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Samples
@@ -35,6 +33,15 @@ from .board import Board
 from .positioned import Positioned
 
 __all__ = ["DatasetEngine"]
+
+
+def _worker_info() -> Any:
+    """torch's ``get_worker_info()``; imported here so that building an engine (the
+    command line plans tables with one) never imports torch."""
+    from torch.utils.data import get_worker_info
+
+    return get_worker_info()
+
 
 _LOG = logging.getLogger("streaming")
 
@@ -80,7 +87,7 @@ class DatasetEngine(Positioned):
 
     def _worker(self) -> tuple[int, int]:
         """(worker id, number of workers) of the process iterating this dataset."""
-        info, real = self._worker_info_override, get_worker_info()
+        info, real = self._worker_info_override, _worker_info()
         if real is not None:
             source.check_fork_safety()
             watchdog.watch_trainer(self._lifecycle.trainer_pid)
@@ -102,7 +109,7 @@ class DatasetEngine(Positioned):
         """The facade's ``iter()``: this rank's (or worker's) remaining samples."""
         worker, num_workers = self._worker()
         for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
-        if not for_loader and get_worker_info() is None:  # a plain DataLoader's worker has none
+        if not for_loader and _worker_info() is None:  # a plain DataLoader's worker has none
             self.supersede("iter(dataset)")
         splits = self._rank_splits
         if num_workers > 1:
@@ -137,7 +144,7 @@ class DatasetEngine(Positioned):
             )
             yield from striped.messages(
                 pieces,
-                in_worker=get_worker_info() is not None,
+                in_worker=_worker_info() is not None,
                 report=self.worker_report,
                 row_bytes=lambda: stats.row_bytes([self._counters]),
             )

@@ -4,6 +4,7 @@ the splits a simulated worker iterates."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,10 +14,13 @@ __all__ = ["agree", "draw_seed", "require_group", "simulated_splits", "topology"
 
 
 def topology(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """Fill in rank/world_size from an initialised process group, else 0/1."""
-    import torch.distributed as dist
+    """Fill in rank/world_size from an initialised process group, else 0/1.
 
-    if dist.is_available() and dist.is_initialized():
+    Without torch.distributed imported no group can be initialised, so a process
+    that never imported it (the command line) does not pay torch's import here.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
         return (
             dist.get_rank() if rank is None else rank,
             dist.get_world_size() if world_size is None else world_size,

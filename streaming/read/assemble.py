@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import default_collate
 
 from ..core.progress import Cursor
 from .iterate import CHUNK_ROWS, lowest_level
@@ -228,6 +226,9 @@ def finish(
     to write columns into instead of new arrays (a worker's slot); the batch then
     holds them.
     """
+    import torch  # here, not at the top: planning a table (the command line) never imports torch
+    from torch.utils.data import default_collate
+
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
         if out is not None and name in out:
@@ -285,6 +286,8 @@ def _fill(parts: list[Any], target: np.ndarray) -> np.ndarray:
 
 def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     """Turn the numpy columns of a ``finish(..., as_numpy=True)`` batch into tensors."""
+    import torch
+
     return {
         key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
         for key, value in batch.items()

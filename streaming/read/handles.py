@@ -9,6 +9,7 @@ refuses to use it (``check_fork_safety``).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +67,10 @@ def check_fork_safety() -> None:
             "this DataLoader worker was forked from a process that had already used "
             "Lance, which is not fork-safe (the worker could hang or crash); use "
             "streaming.StreamingDataLoader, or pass multiprocessing_context='forkserver' "
-            "(or 'spawn') to DataLoader"
+            "(or 'spawn') to DataLoader; with the Hugging Face Trainer (train_dataset= with "
+            "dataloader_num_workers > 0), return a StreamingDataLoader from get_train_dataloader "
+            "and mix streaming.StreamingTrainerMixin into the Trainer (docs/interop.md, "
+            "'Hugging Face Trainer'), or set dataloader_num_workers=0"
         )
 
 
@@ -89,15 +93,45 @@ def open_dataset(uri: str, version: int | None, storage_options: Mapping[str, st
     try:
         return lance.dataset(uri, version=version, storage_options=options)
     except ValueError as error:
-        if version is not None and "not found" in str(error).lower():
-            raise SnapshotGoneError(
-                f"version {version} of table {uri!r} no longer exists (it was cleaned up "
-                "or the table was recreated), so this checkpoint cannot be resumed "
-                "exactly; build datasets with tag_snapshot=True (or tag a version yourself: "
-                "lance.dataset(uri).tags.create(name, version)) to keep the versions you may "
-                "resume from when old versions are cleaned up"
-            ) from None
-        raise
+        raise _open_error(uri, version, options, error) from None
+
+
+_RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
+"""Lance appends the Rust source lines an error passed through; users need none of them."""
+
+
+def _open_error(uri: str, version: int | None, options: Any, error: ValueError) -> Exception:
+    """Our sentence with the fix in front of what Lance said when ``uri`` did not open."""
+    said = _RUST_SOURCE.sub("", " ".join(str(error).split()))
+    lowered, scheme = said.lower(), uri.split("://", 1)[0] if "://" in uri else "file"
+    if version is not None and "not found" in lowered and ".manifest" in lowered:
+        return SnapshotGoneError(
+            f"version {version} of table {uri!r} no longer exists (it was cleaned up "
+            "or the table was recreated), so this checkpoint cannot be resumed "
+            "exactly; build datasets with tag_snapshot=True (or tag a version yourself: "
+            "lance.dataset(uri).tags.create(name, version)) to keep the versions you may "
+            "resume from when old versions are cleaned up"
+        )
+    if "no object store provider found for scheme" in lowered:
+        if scheme == "db":
+            return ValueError(
+                f"{uri!r} is a table on a LanceDB server, not a Lance dataset URI: pass the table, "
+                "lancedb.connect('db://DATABASE', api_key=...).open_table(NAME)"
+            )
+        return ValueError(
+            f"cannot open table {uri!r}: Lance reads no {scheme!r} URIs; pass a local path or an "
+            f"s3://, gs:// or az:// URI (Lance said: {said})"
+        )
+    if "not found" in lowered:
+        return ValueError(f"no Lance table at {uri!r}: check the URI (Lance said: {said})")
+    if scheme != "file":
+        fix = "check storage_options=" if options else "pass storage_options="
+        return ValueError(
+            f"cannot open table {uri!r} on object storage: {fix} (credentials, region, and "
+            f"endpoint for a store other than the cloud's own; see docs/object-storage.md) "
+            f"(Lance said: {said})"
+        )
+    return ValueError(f"cannot open table {uri!r}: {said}")
 
 
 def open_table(
