@@ -399,6 +399,72 @@ def plain_words(results: Results, cases: list[str], workers: list[int]) -> list[
     return lines
 
 
+def _verdict(passed: bool) -> str:
+    return "PASS" if passed else "FAIL"
+
+
+def targets(results: Results, widths: list[Width], workers: list[int], grow: int) -> list[str]:
+    """The targets for sizing by bytes, judged on this run's ratios (a line each; missing
+    runs are said, not judged)."""
+
+    def run(case: str, label: str) -> dict[str, Any] | None:
+        found = results.get((case, label))
+        return None if found is None or "error" in found else found
+
+    lines = []
+    keys = {width.key: width for width in widths}
+    if "100k" in keys:
+        case = case_key(keys["100k"], "binary")
+        for k in workers:
+            ours, litdata = run(case, f"ours k={k}"), run(case, f"litdata k={k}")
+            if ours is None or litdata is None:
+                lines.append(f"- 100 KiB rows, k={k}: not judged (ours or litdata did not run)")
+                continue
+            whole = ours["whole_rate"] / litdata["whole_rate"]
+            peak = ours["peak_mib"] / litdata["peak_mib"]
+            lines.append(
+                f"- 100 KiB rows, k={k}: end-to-end rows/s {whole:.2f}x litdata's (target at least 1x: "
+                f"{_verdict(whole >= 1)}); peak RSS {peak:.2f}x litdata's "
+                f"(at most 1.5x: {_verdict(peak <= 1.5)})"
+            )
+        ours = run(case, "ours k=0")
+        if ours is not None and 0 in workers:
+            first = ours["first_s"]
+            lines.append(f"- 100 KiB rows, k=0: first batch {first:.2f} s (under 1 s: {_verdict(first < 1)})")
+        grown = [width for width in widths if width.grown]
+        for k in workers if grown else []:
+            small, big = run(case, f"ours k={k}"), run(case_key(grown[0], "binary"), f"ours k={k}")
+            if small is None or big is None:
+                continue
+            ratio = big["peak_mib"] / small["peak_mib"]
+            lines.append(
+                f"- 100 KiB rows, k={k}: peak RSS with {grow}x the rows {ratio:.2f}x the 1x run's "
+                f"(flat: at most 1.2x: {_verdict(ratio <= 1.2)})"
+            )
+    if "narrow" in keys:
+        for k in workers:
+            ours = run("narrow", f"ours k={k}")
+            others = [("lance.torch", run("narrow", f"lance.torch k={k}"))]
+            others += [(peer, run("narrow", f"{peer} k={k}")) for peer in PEERS]
+            ran = [(name, other) for name, other in others if other is not None]
+            if ours is None or not ran:
+                continue
+            least = min(ours["steady_rate"] / other["steady_rate"] for _, other in ran)
+            names = ", ".join(name for name, _ in ran)
+            lines.append(
+                f"- Narrow rows, k={k}: rows/s after the first batch at least {least:.2f}x each of {names} "
+                f"(ahead of every one: {_verdict(least > 1)})"
+            )
+        ours, takes = run("narrow", "ours k=0"), run("narrow", "raw takes")
+        if ours is not None and takes is not None and takes["steady_rate"]:
+            ratio = ours["steady_rate"] / takes["steady_rate"]
+            lines.append(
+                f"- Narrow rows, k=0: {ratio:.2f}x the raw takes of the same blocks (at least 0.7x: "
+                f"{_verdict(ratio >= 0.7)})"
+            )
+    return lines
+
+
 def versions(available: dict[str, bool]) -> str:
     found = [f"pylance {envs.installed_here('pylance')}", f"torch {envs.installed_here('torch')}"]
     for name, (distribution, _) in PEERS.items():
@@ -442,6 +508,9 @@ def section(
         "",
         *ratio_table(results, cases, args.workers),
     ]
+    judged = targets(results, widths, args.workers, args.grow)
+    if judged:
+        lines += ["", "Targets (same-run ratios; litdata must have run):", "", *judged]
     words = plain_words(results, cases, args.workers)
     if words:
         lines += ["", "In plain words (ours against each contender that ran, same k):", "", *words]
@@ -480,15 +549,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", default="/tmp/bench-widths", help="where the rows are written")
     parser.add_argument("--keep", action="store_true", help="keep the rows written (default: deleted)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--results", type=Path, default=None, help="also write every run's figures as JSON")
+    parser.add_argument(
+        "--from-results",
+        type=Path,
+        default=None,
+        help="rebuild the section from a --results file (its run's options)",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.contenders) - set(CONTENDERS)) + sorted(
         set(args.cases) - {"narrow", "100k", "1m"}
     )
     if unknown:
         parser.error(f"unknown contenders or cases: {unknown}")
+    saved: dict[str, Any] | None = None
+    if args.from_results is not None:  # the saved run's options, this call's --out
+        saved = json.loads(args.from_results.read_text(encoding="utf-8"))
+        out = args.out
+        args = parser.parse_args(saved["command"].split()[3:])
+        args.out = out
     if args.install and install():
         return 1
-    args.command = " ".join(["python -m benchmarks widths", *argv])
+    args.command = saved["command"] if saved else " ".join(["python -m benchmarks widths", *argv])
     available = {name: envs.env_python(name).exists() for name in PEERS}
     widths = [
         width
@@ -504,6 +586,11 @@ def main(argv: list[str] | None = None) -> int:
         widths.append(
             Width("100k-grown", label, args.rows_100k * args.grow, 100 << 10, args.wide_batch_size, True)
         )
+    if saved is not None:
+        results = {(run["case"], run["contender"]): run["result"] for run in saved["runs"]}
+        text = section(results, widths, args, saved["facts"], available, saved["seconds"])
+        sections.publish(text, name="widths", out=args.out)
+        return 0
     facts = machine_facts()
     started = time.perf_counter()
     results: Results = {}
@@ -514,6 +601,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
-    text = section(results, widths, args, facts, available, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    if args.results is not None:
+        runs = [
+            {"case": case, "contender": label, "result": found} for (case, label), found in results.items()
+        ]
+        saved = {"command": args.command, "facts": facts, "seconds": seconds, "runs": runs}
+        args.results.write_text(json.dumps(saved, indent=1), encoding="utf-8")
+    text = section(results, widths, args, facts, available, seconds)
     sections.publish(text, name="widths", out=args.out)
     return 0
