@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_results is not None:  # the saved run's options, this call's --out
         saved = json.loads(args.from_results.read_text(encoding="utf-8"))
         out = args.out
-        args = parser.parse_args(saved["command"].split()[3:])
+        args = parser.parse_args(saved["command"].split()[4:])
         args.out = out
     if args.install and install():
         return 1
