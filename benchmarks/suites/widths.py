@@ -496,12 +496,30 @@ def section(
         f"{load_average()} at the end, 1-minute load {spread} at the runs' starts; {seconds / 60:.1f} "
         f"minutes in all). {sizes}. Versions: {versions(available)}.",
         "",
+        "The default sizes (4,000 rows of 100 KiB and 400 of 1 MiB: tables of about 400 MiB) keep "
+        "one run of every contender well within 15 minutes on 2 shared cores; "
+        "`--rows-100k 20000 --rows-1m 2000` gives 2 GiB tables, `--grow 4` adds the 100 KiB rows at "
+        "4 times the rows to see whether peak RSS stays flat. "
         "Each run is a fresh interpreter: one whole epoch (every id checked to come once), then "
         "the second epoch's first batch. Ours uses default settings, shuffled; lance.torch is "
         "unshuffled; litdata and mosaic shuffle. The peers store the same bytes for the binary "
         "and the blob table, so blob rows are compared with the peers' runs of the binary rows.",
         "",
         *raw_table(results, cases),
+        "",
+        "How to read it: *rows/s after the first batch* counts the epoch's rows after its first "
+        "batch over the time since that batch; *end to end* counts every row from building the "
+        "dataset and loader (imports done before) to the epoch's last batch, so a slow first batch "
+        "weighs in; *first batch* is from building the loader to its first batch, *epoch restart* "
+        "from asking for the second epoch to its first batch; *CPU us/row* is the CPU time of the "
+        "whole process tree (trainer, workers, a fork server) over the first epoch, construction "
+        "included, per row (a worker's time is sampled every 50 ms, so up to 50 ms of each exiting "
+        "worker's last work is missed); *peak RSS* is the largest sum of the tree's resident memory "
+        "over both epochs, sampled every 50 ms (pages shared between processes count once per "
+        "process; an interpreter with torch imported is about 300 MiB of it, 250 without "
+        "torchvision in the peers' environments). The peers' formats are written before the runs "
+        "(not timed here). Rows/s move with the load of the 2 shared cores; the ratios below pair "
+        "runs of the same minutes.",
         "",
         "Ours / contender, same k, same run (above 1 is better for ours in the two rows/s "
         "columns; below 1 is better for ours in the others):",
