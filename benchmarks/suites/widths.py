@@ -517,8 +517,10 @@ def section(
         "worker's last work is missed); *peak RSS* is the largest sum of the tree's resident memory "
         "over both epochs, sampled every 50 ms (pages shared between processes count once per "
         "process; an interpreter with torch imported is about 300 MiB of it, 250 without "
-        "torchvision in the peers' environments). The peers' formats are written before the runs "
-        "(not timed here). Rows/s move with the load of the 2 shared cores; the ratios below pair "
+        "torchvision in the peers' environments). A loader that reads ahead before its first "
+        "batch (ours reads its whole shuffle buffer first, which holds these whole wide tables) "
+        "shows a high rate after it: for wide rows read the end-to-end column. The peers' formats "
+        "are written before the runs (not timed here). Rows/s move with the load of the 2 shared cores; the ratios below pair "
         "runs of the same minutes.",
         "",
         "Ours / contender, same k, same run (above 1 is better for ours in the two rows/s "
