@@ -520,8 +520,8 @@ def section(
         "torchvision in the peers' environments). A loader that reads ahead before its first "
         "batch (ours reads its whole shuffle buffer first, which holds these whole wide tables) "
         "shows a high rate after it: for wide rows read the end-to-end column. The peers' formats "
-        "are written before the runs (not timed here). Rows/s move with the load of the 2 shared cores; the ratios below pair "
-        "runs of the same minutes.",
+        "are written before the runs (not timed here). Rows/s move with the load of the 2 shared "
+        "cores; the ratios below pair runs of the same minutes.",
         "",
         "Ours / contender, same k, same run (above 1 is better for ours in the two rows/s "
         "columns; below 1 is better for ours in the others):",
