@@ -23,7 +23,9 @@ in its ``StreamingDataLoader``) and mosaicml-streaming (``StreamingDataset(local
 shuffle=True)`` in a torch ``DataLoader``); for narrow rows also the raw Lance takes
 of shuffled 64-row blocks. litdata and mosaic run in virtual environments of their
 own (mosaic's package is also named ``streaming``), made by ``--install`` under the
-cache folder; one that is missing is reported, not run. The peers' rows are the same
+cache folder (without torchvision: PyPI's build needs the CUDA build of torch, and
+the environments have the CPU build pinned here); one that is missing is reported,
+not run. The peers' rows are the same
 bytes for the binary and the blob table, so the blob rows are compared with the
 peers' runs of the same width.
 
@@ -500,6 +502,10 @@ def section(
         "one run of every contender well within 15 minutes on 2 shared cores; "
         "`--rows-100k 20000 --rows-1m 2000` gives 2 GiB tables, `--grow 4` adds the 100 KiB rows at "
         "4 times the rows to see whether peak RSS stays flat. "
+        "litdata and mosaic run in virtual environments of "
+        "their own under the cache folder (`--install` makes them: the peer and this repository's "
+        "torch pin, without torchvision, whose PyPI build needs CUDA's torch; mosaic's package is "
+        "also named `streaming`). "
         "Each run is a fresh interpreter: one whole epoch (every id checked to come once), then "
         "the second epoch's first batch. Ours uses default settings, shuffled; lance.torch is "
         "unshuffled; litdata and mosaic shuffle. The peers store the same bytes for the binary "
