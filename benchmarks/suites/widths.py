@@ -552,6 +552,30 @@ def section(
     return "\n".join(lines)
 
 
+def grown_section(saved: dict[str, Any], parser: argparse.ArgumentParser) -> str:
+    """The peak RSS table of another run, made with ``--grow`` (its own command, date and load)."""
+    args = parser.parse_args(saved["command"].split()[4:])
+    results = {(run["case"], run["contender"]): run["result"] for run in saved["runs"]}
+    base = case_key(Width("100k", "100 KiB", args.rows_100k, 100 << 10, args.wide_batch_size), "binary")
+    grown = f"100 KiB x{args.grow}, binary"
+    facts = saved["facts"]
+    lines = [
+        "",
+        f"From a second run, `{saved['command']}` ({facts['date']}, commit {facts['commit']}, load "
+        f"average {facts['load']} at the start, {saved['seconds'] / 60:.1f} minutes; the project's "
+        "test suite ran beside it):",
+        *grow_lines(results, base, grown, args.grow, args.workers),
+    ]
+    small, big = results.get((base, "ours k=0")), results.get((grown, "ours k=0"))
+    if small and big and "error" not in small and "error" not in big:
+        lines += [
+            "",
+            f"Ours k=0 in that run: first batch {small['first_s']:.1f} s at 1x, {big['first_s']:.1f} s "
+            f"at {args.grow}x; end to end {small['whole_rate']:,.0f} and {big['whole_rate']:,.0f} rows/s.",
+        ]
+    return "\n".join(lines)
+
+
 def _list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
@@ -582,6 +606,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="rebuild the section from a --results file (its run's options)",
     )
+    parser.add_argument(
+        "--grown-results",
+        type=Path,
+        default=None,
+        help="with --from-results: add the peak RSS table of another run's --results made with --grow",
+    )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.contenders) - set(CONTENDERS)) + sorted(
         set(args.cases) - {"narrow", "100k", "1m"}
@@ -591,9 +621,9 @@ def main(argv: list[str] | None = None) -> int:
     saved: dict[str, Any] | None = None
     if args.from_results is not None:  # the saved run's options, this call's --out
         saved = json.loads(args.from_results.read_text(encoding="utf-8"))
-        out = args.out
+        out, grown = args.out, args.grown_results
         args = parser.parse_args(saved["command"].split()[4:])
-        args.out = out
+        args.out, args.grown_results = out, grown
     if args.install and install():
         return 1
     args.command = saved["command"] if saved else " ".join(["python -m benchmarks widths", *argv])
@@ -615,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     if saved is not None:
         results = {(run["case"], run["contender"]): run["result"] for run in saved["runs"]}
         text = section(results, widths, args, saved["facts"], available, saved["seconds"])
+        if args.grown_results is not None:
+            text += "\n" + grown_section(json.loads(args.grown_results.read_text(encoding="utf-8")), parser)
         sections.publish(text, name="widths", out=args.out)
         return 0
     facts = machine_facts()
