@@ -3,7 +3,8 @@
     python -m benchmarks widths [--narrow-rows 200000] [--rows-100k 4000] [--rows-1m 400]
                                 [--workers 0,2] [--grow 1] [--cases narrow,100k,1m]
                                 [--contenders ours,lance_torch,litdata,mosaic] [--install]
-                                [--out docs/benchmarks.md]
+                                [--results run.json] [--out docs/benchmarks.md]
+    python -m benchmarks widths --from-results run.json [--grown-results grow.json] [--out ...]
 
 The same rows, written once as numpy files, then as every contender's format:
 
@@ -37,7 +38,9 @@ process tree over the first epoch (workers sampled every 50 ms), and the tree's
 peak RSS (trainer and workers summed, sampled every 50 ms); then each as a ratio
 ours / contender. ``--grow G`` adds the 100 KiB binary rows at G times the rows, to
 show whether each contender's peak RSS stays flat. The section between the
-``widths`` markers of ``--out`` is replaced.
+``widths`` markers of ``--out`` is replaced. ``--results`` keeps every run's figures;
+``--from-results`` rebuilds the section from them (``--grown-results``: with the
+peak RSS table of a second run made with ``--grow``).
 """
 
 from __future__ import annotations
