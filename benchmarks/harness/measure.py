@@ -248,6 +248,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def tree_pids(pid: int | None = None) -> list[int]:
+    """A process (this one by default) and its live descendants, the process first."""
+    found, todo = [], [os.getpid() if pid is None else pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += _children(current)
+    return found
+
+
 def tree_rss_kib(pid: int | None = None) -> int:
     """Resident memory of a process and all its live descendants (workers, a forkserver), in KiB.
 

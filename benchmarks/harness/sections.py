@@ -24,6 +24,7 @@ NAMES = (
     "remote-table",
     "gpu",
     "blobs",
+    "widths",
 )
 """Sections other commands write, in the order they follow the main document."""
 

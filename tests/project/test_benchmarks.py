@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -69,14 +70,17 @@ def test_quick_benchmark_writes_every_contender(tmp_path: Path) -> None:
     assert "# old" not in text and text.rstrip().endswith(KEPT), "the other commands' sections are kept"
 
 
-def run_section(tmp_path: Path, name: str, *args: str, section: str | None = None) -> tuple[str, str]:
+def run_section(
+    tmp_path: Path, name: str, *args: str, section: str | None = None, env: dict[str, str] | None = None
+) -> tuple[str, str]:
     """Run ``python -m benchmarks <name> args --out F`` on a file with other sections
     around ``name``'s (or ``section``'s); check only that section changed; return (file text, stdout)."""
     out = tmp_path / "b.md"
     marker = section or name
     out.write_text(f"# Kept\n\n<!-- {marker}:begin -->\nold\n<!-- {marker}:end -->\n\n## Also kept\n")
     command = [sys.executable, "-m", "benchmarks", name, *args, "--out", str(out)]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    environment = {**os.environ, **env} if env else None
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300, env=environment)
     assert done.returncode == 0, done.stderr[-4000:]
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# Kept\n") and text.rstrip().endswith("## Also kept") and "\nold\n" not in text
@@ -189,3 +193,35 @@ def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> Non
     memory = text.split("| the formula's blob bytes")[1].splitlines()[2]
     assert len(memory.split("|")) == 7 and "failed" not in text, memory
     assert "## Blob columns" in stdout and "6 blobs of 1 MiB" in text
+
+
+def test_widths_benchmark_checks_every_row_of_ours_and_lance_torch(tmp_path: Path) -> None:
+    """Tiny narrow and 100 KiB rows, k=0: ours and lance.torch each deliver every row once
+    (binary and blob tables), the raw takes run, the ratios are printed; litdata and mosaic,
+    whose environments are absent here (an empty cache folder), are reported as not installed."""
+    args = ("--cases", "narrow,100k", "--narrow-rows", "2048", "--rows-100k", "48", "--workers", "0")
+    args += ("--work", str(tmp_path / "rows"))
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    text, stdout = run_section(tmp_path, "widths", *args, env=env)
+    runs = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| narrow", "| 100 KiB"))]
+    measured = [(cells[0].strip(), cells[1].strip()) for cells in runs if len(cells) == 10]
+    expected = [("narrow", "ours k=0"), ("narrow", "lance.torch k=0"), ("narrow", "raw takes")]
+    expected += [
+        (f"100 KiB, {store}", name)
+        for store in ("binary", "blob")
+        for name in ("ours k=0", "lance.torch k=0")
+    ]
+    ran = [pair for pair in measured if pair[1].split()[0] in ("ours", "lance.torch", "raw")]
+    assert ran == expected, measured
+    once = [cells for cells in runs if len(cells) == 10 and cells[1].split()[0] in ("ours", "lance.torch")]
+    assert once and all(cells[8].strip() == "yes" for cells in once), once
+    assert all(float(cells[2].replace(",", "")) > 0 for cells in once), once
+    ratios = [cells for cells in runs if "ours k=0 / lance.torch k=0" in cells[1]]
+    assert len(ratios) == 3 and all(cell.strip().endswith("x") for cells in ratios for cell in cells[2:]), (
+        ratios
+    )
+    missing = [
+        line for line in text.splitlines() if "not installed (install with" in line and " / " not in line
+    ]
+    assert len(missing) == 4 and not (tmp_path / "rows").exists(), missing  # litdata, mosaic x 2 widths
+    assert "raw Lance takes of the same 64-row blocks" in text and "## Peers by row width" in stdout
