@@ -24,6 +24,7 @@ __all__ = [
     "forget_semaphore_names",
     "forkserver_preload",
     "guard_done_event",
+    "hold_index_queues",
     "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
@@ -82,6 +83,25 @@ def shutdown_workers(iterator: Any) -> None:
     workers = worker_processes(iterator)
     if workers and not any(worker.is_alive() for worker in workers):
         forget_queue_names(iterator)
+
+
+def hold_index_queues(iterator: Any) -> None:
+    """``_MultiProcessingDataLoaderIter._index_queues``: keep them reachable until the
+    iterator itself is freed, so its ``__del__`` can still stop the workers.
+
+    ``__del__`` stops each worker by putting a final ``None`` on its index queue, which
+    the queue's feeder thread writes to the worker's pipe. An iterator freed by the
+    cycle collector (a loader with persistent workers inside a reference cycle of the
+    user's, a Lightning module, say) is torn down together with its queues, and the
+    collector runs the queues' finalizers (which end their feeder threads) before
+    ``__del__``: the ``None`` is never written, and torch waits 5 s for each worker,
+    then kills it. Held here (by a finalizer of the iterator, which lets go of them when
+    the iterator goes), the queues are not part of that garbage, and ``__del__`` finds
+    their feeder threads running. A single-process iterator has none.
+    """
+    queues = list(getattr(iterator, "_index_queues", []))
+    if queues:
+        weakref.finalize(iterator, queues.clear)
 
 
 def persistent_iterator(loader: Any) -> Any | None:

@@ -59,7 +59,8 @@ class Launch:
         columnar: bool,
         chosen_here: bool,
     ) -> None:
-        self._loader, self._host = loader, host
+        self._loader_ref = weakref.ref(loader)  # weakly: see ``_loader``
+        self._host = host
         self._collate, self._gathering, self._columnar = collate, gathering, columnar
         # a fork server the loader chose is preloaded; a context the user passed is left alone
         context = loader.multiprocessing_context
@@ -69,6 +70,31 @@ class Launch:
             multiprocessing.forkserver.ensure_running()
         self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
         self.framework_counts = False
+
+    @property
+    def _loader(self) -> DataLoader[Any]:
+        """The loader, alive while anyone can call this ``Launch`` (it and its iterators
+        hold it).
+
+        Held weakly so that dropping a loader frees it, and the DataLoader iterator
+        that keeps persistent workers, by reference counting, as with torch's own
+        DataLoader. In a reference cycle they would be freed by the cycle collector,
+        which runs the finalizers of the iterator's index queues (ending their feeder
+        threads) before the iterator's ``__del__``: the final ``None`` it puts on each
+        queue never reaches the workers, and torch waits 5 s for each one, then kills it.
+        """
+        loader = self._loader_ref()
+        if loader is None:
+            raise RuntimeError("the StreamingDataLoader of this iterator was garbage-collected")
+        return loader
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled (or deep-copied) loader takes its ``Launch`` along, the loader in place
+        of the weak reference."""
+        return {**self.__dict__, "_loader_ref": self._loader}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _loader_ref=weakref.ref(state["_loader_ref"]))
 
     def begin(self, *, stacklevel: int) -> None:
         """At an iterator's first ``next()``: the host takes its position; a framework

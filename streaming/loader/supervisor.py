@@ -1,7 +1,7 @@
 """The trainer's watch over the worker processes of one DataLoader iterator.
 
 Every wait of the iterator for a worker's message goes through ``Supervisor``
-(``_compat.intercept_receive``), which does two things torch does not:
+(``_compat.intercept_receive``), which does what torch does not:
 
 - **A dead worker never deadlocks the trainer.** A worker killed while it held the
   lock of the iterator's "workers done" event (workers read it once per index)
@@ -26,6 +26,11 @@ Every wait of the iterator for a worker's message goes through ``Supervisor``
   ``worker_init_fn`` only through such a message anyway. An iterator closed
   before that removes them when its workers have stopped
   (``_compat.shutdown_workers``).
+- **The workers stop at once however the iterator is freed.** torch's ``__del__``
+  stops each worker with a final ``None`` on its index queue; an iterator freed by the
+  cycle collector (a loader with persistent workers in a reference cycle) would lose
+  its queues' feeder threads first, and torch would wait 5 s for each worker, then kill
+  it. The queues are held until the iterator is gone (``_compat.hold_index_queues``).
 
 Pure bookkeeping on top of ``_compat``; the data and its order are not touched.
 """
@@ -124,4 +129,5 @@ def supervise(iterator: Any, *, description: str) -> Supervisor:
     if supervisor._workers:
         _compat.intercept_receive(iterator, supervisor.receive)
         _compat.guard_done_event(iterator)
+        _compat.hold_index_queues(iterator)  # its workers stop at once even in cyclic garbage
     return supervisor

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 from streaming import StreamingDataLoader, StreamingDataset, _compat
 
 from helpers import ids_of, make_table, plain_transform
-from launching import PROCS
+from launching import PROCS, Group
 
 CONTEXTS = ["default", "spawn"]
 TRAINER = PROCS / "group_trainer.py"
@@ -44,53 +43,15 @@ def uri(tmp_path_factory) -> str:
     return make_table(tmp_path_factory.mktemp("supervisor") / "t.lance", [90, 110])
 
 
-def run_trainer(mode: str, uri: str, context: str, names: Path, *, workers: int = 2) -> subprocess.Popen:
-    return subprocess.Popen(
+def run_trainer(mode: str, uri: str, context: str, names: Path, *, workers: int = 2) -> Group:
+    """The trainer in a process group of its own, as a scheduler's job."""
+    return Group(
         [sys.executable, str(TRAINER), mode, uri, context, str(workers), "3", str(names)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        start_new_session=True,  # its own process group, as a scheduler's job
     )
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of the processes (zombies included) of process group ``pgid``."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
-        except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
-            continue
-        if int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def kill_group(pgid: int, *, within: float = 60.0) -> int:
-    """SIGKILL every process of group ``pgid``; return once all of them have exited."""
-    handles = []
-    for pid in group_members(pgid):
-        try:
-            handles.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            continue
-    os.killpg(pgid, signal.SIGKILL)
-    poller = select.poll()
-    for handle in handles:
-        poller.register(handle, select.POLLIN)  # readable once the process has exited
-    waiting, deadline = set(handles), time.monotonic() + within
-    while waiting and time.monotonic() < deadline:
-        for handle, _event in poller.poll(1000):
-            poller.unregister(handle)
-            waiting.discard(handle)
-    for handle in handles:
-        os.close(handle)
-    assert not waiting, f"{len(waiting)} processes of group {pgid} outlived SIGKILL"
-    return len(handles)
 
 
 def in_dev_shm(inodes: list[str]) -> list[str]:
@@ -109,33 +70,32 @@ def in_dev_shm(inodes: list[str]) -> list[str]:
 @pytest.mark.parametrize("context", CONTEXTS)
 def test_a_whole_group_sigkill_after_every_worker_delivered_leaves_no_semaphores(uri, context, tmp_path):
     names = tmp_path / "names"
-    trainer = run_trainer("kill", uri, context, names)
-    try:
-        line = trainer.stdout.readline()
-        assert line == "ready\n", f"the trainer did not deliver its batches: {line!r} {trainer.stderr.read()}"
+    with run_trainer("kill", uri, context, names) as trainer:
+        line = trainer.process.stdout.readline()
+        if line != "ready\n":
+            trainer.kill()
+            pytest.fail(f"the trainer did not deliver its batches: {line!r} {trainer.process.stderr.read()}")
         mapped = names.read_text().split()
         assert len(mapped) >= 8 + 3 * 2, f"expected the queues' semaphores to be mapped, got {mapped}"
-        killed = kill_group(trainer.pid)
-    finally:
-        if trainer.poll() is None:
-            os.killpg(trainer.pid, signal.SIGKILL)
-        trainer.wait(timeout=60)
-    assert killed >= 4, "the group should hold the trainer, the resource tracker and 2 workers"
-    left = in_dev_shm(mapped)
-    assert not left, f"{len(left)} of the trainer's {len(mapped)} semaphores left in /dev/shm: {left}"
+        killed = trainer.kill()
+        assert killed >= 4, "the group should hold the trainer, the resource tracker and 2 workers"
+        left = in_dev_shm(mapped)
+        assert not left, f"{len(left)} of the trainer's {len(mapped)} semaphores left in /dev/shm: {left}"
+        trainer.left_nothing()  # no worker runs, no /dev/shm entry of the job (rings included)
 
 
 @pytest.mark.parametrize("context", CONTEXTS)
 def test_ordinary_ends_leave_nothing_and_print_no_warning(uri, context, tmp_path):
     names = tmp_path / "names"
-    trainer = run_trainer("exit", uri, context, names)
-    out, err = trainer.communicate(timeout=300)
-    assert trainer.returncode == 0, err
-    assert out.startswith("done"), out
-    for marker in ("Exception ignored", "resource_tracker", "leaked", "Traceback", "Warning"):
-        assert marker not in err, f"{marker!r} on the trainer's stderr:\n{err}"
-    mapped = names.read_text().split()
-    assert not in_dev_shm(mapped), "semaphores of an ended trainer are left in /dev/shm"
+    with run_trainer("exit", uri, context, names) as trainer:
+        out, err = trainer.process.communicate(timeout=300)
+        assert trainer.process.returncode == 0, err
+        assert out.startswith("done"), out
+        for marker in ("Exception ignored", "resource_tracker", "leaked", "Traceback", "Warning"):
+            assert marker not in err, f"{marker!r} on the trainer's stderr:\n{err}"
+        mapped = names.read_text().split()
+        assert not in_dev_shm(mapped), "semaphores of an ended trainer are left in /dev/shm"
+        trainer.left_nothing()  # its workers, fork server and resource tracker end by themselves
 
 
 def record_pid(directory: Path, worker_id: int) -> None:

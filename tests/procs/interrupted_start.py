@@ -7,6 +7,11 @@ Ctrl-C or a launcher's signal would, and handles the KeyboardInterrupt (a job
 saving a checkpoint, say) while the worker is still unpickling what it was
 sent. The worker waits, inside that unpickling, until the trainer has let go of
 the iterator it was interrupted in: a byte through a FIFO, no sleeps.
+
+The trainer first installs Python's SIGINT handler: a process started with SIGINT
+ignored (``nohup cmd &``, many CI runners) inherits that, Python keeps it, and the
+SIGINT it sends itself would then do nothing: the iterator would never be let go
+of, and the trainer would wait for batches from workers that wait on the FIFO.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from multiprocessing.context import ForkServerContext, ForkServerProcess, SpawnC
 import pyarrow as pa
 
 from streaming import StreamingDataLoader, StreamingDataset
+
+import shm_watch
 
 
 class HoldOnArrival:
@@ -66,6 +73,8 @@ class Spawn(SpawnContext):
 
 def main(uri: str, fifo: str, method: str) -> int:
     """Interrupt the first ``next()`` after the first worker started, let it finish starting, report."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # an inherited SIG_IGN would hang us
+    shm_watch.adopt_mark()
     dataset = StreamingDataset(uri, num_splits=2, shuffle_seed=1, transform=HoldOnArrival(fifo, os.getpid()))
     contexts = {"forkserver": ForkServer, "spawn": Spawn}
     context = contexts[method]() if method in contexts else None

@@ -5,10 +5,12 @@ A torch or Python upgrade that removes or changes one of them fails here, by nam
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import time
 from multiprocessing import shared_memory
 
 import pytest
@@ -58,6 +60,31 @@ def test_shutdown_workers_stops_a_dataloaders_worker_processes():
         worker.join(timeout=30)
         assert not worker.is_alive(), "_shutdown_workers() left a worker running"
     _compat.shutdown_workers(iter(DataLoader(Numbers())))  # single-process: nothing to stop
+
+
+def test_held_index_queues_let_a_collected_iterator_stop_its_workers_at_once():
+    """Without ``hold_index_queues`` the cycle collector ends the index queues' feeder
+    threads before the iterator's ``__del__``, whose final ``None`` then never reaches
+    the workers: torch joins each for 5 s and kills it (exit code -15)."""
+    loader = DataLoader(
+        Numbers(), batch_size=2, num_workers=2, persistent_workers=True, multiprocessing_context="forkserver"
+    )
+    iterator = iter(loader)
+    next(iterator), next(iterator)  # both workers have started (batches alternate between them)
+    _compat.hold_index_queues(iterator)
+    workers = _compat.worker_processes(iterator)
+    cycle: dict = {"loader": loader, "iterator": iterator}
+    cycle["self"] = cycle
+    del loader, iterator, cycle
+    started = time.monotonic()
+    gc.collect()
+    took = time.monotonic() - started
+    for worker in workers:
+        worker.join(timeout=5)
+    codes = [worker.exitcode for worker in workers]
+    assert codes == [0, 0], f"_index_queues changed: torch killed its workers ({codes})"
+    assert took < 4.0, f"collecting the iterator took {took:.1f} s"
+    _compat.hold_index_queues(iter(DataLoader(Numbers())))  # single-process: nothing to hold
 
 
 def test_forkserver_preload_keeps_the_list_and_adds_modules():

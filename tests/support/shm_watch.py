@@ -8,7 +8,9 @@ this run's when one of these facts about its creator says so:
    multiprocessing semaphores ``/mp-t<pid>x<token>-...`` instead of ``/mp-...``
    (``Run.mark_semaphores``), and every process it starts through multiprocessing
    (fork, forkserver, spawn: DataLoader workers, managers) inherits that prefix with
-   its ``Process`` object, so the semaphores they name carry it too.
+   its ``Process`` object, so the semaphores they name carry it too. A script a test
+   starts as a plain subprocess takes the mark with ``adopt_mark`` (it travels in
+   ``MARK_VARIABLE``).
 2. **Its name carries the pid of a process of this run**: ``torch_<pid>_...``
    (torch's shared tensors) and ``lsr<pid>_...`` (the loader's rings).
 3. **A process of this run held it** (mapped it or had it open) when the watcher
@@ -41,6 +43,8 @@ GRACE_SECONDS = 3.0
 left, and its resource tracker removes its semaphores a moment later."""
 PID_NAMES = (re.compile(r"torch_(\d+)_"), re.compile(r"lsr(\d+)_"))
 """Names that carry the pid of the process that created them."""
+MARK_VARIABLE = "LANCE_STREAMING_TEST_SHM_MARK"
+"""The run's mark, in the environment of every process the pytest process starts."""
 
 
 def shm_names() -> set[str]:
@@ -119,6 +123,15 @@ def shm_leftovers(names: set[str], *, grace: float = GRACE_SECONDS) -> list[str]
     return left
 
 
+def adopt_mark() -> None:
+    """In a script a test started as a subprocess: name this process's multiprocessing
+    semaphores (and its children's) with the test run's mark, so that the run knows
+    them as its own. Outside a test run it does nothing."""
+    mark = os.environ.get(MARK_VARIABLE)
+    if mark:
+        multiprocessing.current_process()._config["semprefix"] = f"/{mark}"
+
+
 CURRENT: Run | None = None
 """The run of this pytest process (``conftest.py`` sets it), for tests that check
 ``/dev/shm`` themselves around a job they start."""
@@ -152,6 +165,7 @@ class Run:
         # multiprocessing keeps the prefix of semaphore names in the process's _config,
         # which every Process it starts copies (and carries across spawn and forkserver)
         multiprocessing.current_process()._config["semprefix"] = f"/{self.mark}"
+        os.environ[MARK_VARIABLE] = self.mark  # for the scripts tests start (``adopt_mark``)
 
     def start(self) -> None:
         """Record now, then every ``POLL_SECONDS`` on a daemon thread until ``stop``."""
