@@ -34,7 +34,7 @@ WIDE_BLOCK_BYTES = 1 << 20
 """Any other profile's block holds at most this many bytes of rows (one row at least)."""
 BUFFER_BYTES = 256 << 20
 """A profile's shuffle buffer holds at most this many bytes of rows (one block at least),
-unless it says otherwise (``Profile.buffer_bytes``: local disks 128 MiB)."""
+unless it says otherwise (``Profile.buffer_bytes``: local disks 64 MiB)."""
 BLOCK_ROWS_RANGE = (1, 8_192)
 """Blocks sized by ``block_bytes`` stay within these bounds (narrow rows do not make
 blocks of millions of rows; a row wider than a block is a block of one)."""
@@ -82,7 +82,7 @@ PROFILES = {
             "local",
             block_rows=64,
             shuffle_buffer_size=32_768,
-            buffer_bytes=128 << 20,
+            buffer_bytes=64 << 20,
             take_bytes=8 << 20,
         ),
         Profile(
@@ -166,7 +166,7 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     - Any other (local disk): its numbers (64-row blocks, a 32,768-row buffer),
       made smaller for rows wide enough that a block would pass ``WIDE_BLOCK_BYTES``.
     - Either way the buffer holds at most ``buffer_bytes`` (whole blocks, one at
-      least; 128 MiB on a local disk, 256 MiB remote), so the rows read ahead stay
+      least; 64 MiB on a local disk, 256 MiB remote), so the rows read ahead stay
       within two buffers whether a row holds a vector, an image or a video; and
       with ``take_bytes`` a take carries at most that many bytes of rows.
 

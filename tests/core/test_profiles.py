@@ -163,7 +163,7 @@ def test_every_profile_bounds_its_block_buffer_and_takes_in_bytes(row_bytes):
 
 @pytest.mark.parametrize(
     ("row_bytes", "block", "buffer", "take"),
-    [(524, 64, 32_768, 8_192), (100_000, 8, 1_336, 83), (1 << 20, 1, 128, 8), (8 << 20, 1, 16, 1)],
+    [(524, 64, 32_768, 8_192), (100_000, 8, 664, 83), (1 << 20, 1, 64, 8), (8 << 20, 1, 8, 1)],
 )
 def test_the_local_profile_for_narrow_rows_and_images(row_bytes, block, buffer, take):
     profile = sized(PROFILES["local"], row_bytes)

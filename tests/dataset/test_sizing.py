@@ -51,17 +51,17 @@ def plan_of(data: StreamingDataset) -> tuple[int, int]:
 
 
 def test_images_in_a_plain_binary_column_get_a_block_and_buffer_within_their_budgets(images):
-    """1 MiB rows (and a few bytes): one-row blocks and a 127-row buffer (128 MiB), not
+    """1 MiB rows (and a few bytes): one-row blocks and a 63-row buffer (64 MiB), not
     64-row blocks and a 32,768-row buffer (32 GiB); every live row still comes once, at
     k=0 and k=2."""
     row_bytes = source.row_bytes(lance.dataset(images), None)
     assert row_bytes is not None and WIDTH < row_bytes < WIDTH + 1024, "the data files' bytes a row"
     fitted = sized(PROFILES["local"], row_bytes)
-    assert (fitted.block_rows, fitted.shuffle_buffer_size) == (1, 127)
+    assert (fitted.block_rows, fitted.shuffle_buffer_size) == (1, 63)
     data = StreamingDataset(images, num_splits=2, shuffle_seed=3)
     block, window = plan_of(data)
     assert block * row_bytes <= WIDE_BLOCK_BYTES or block == 1
-    assert (block, window) == (1, 127 // 2), "the buffer is cut between the splits"
+    assert (block, window) == (1, 63 // 2), "the buffer is cut between the splits"
     assert window * 2 * row_bytes <= PROFILES["local"].buffer_bytes
     live = [i for i in range(ROWS) if i not in (7, 30)]
     assert sorted(ids_of(data)) == live
@@ -82,7 +82,7 @@ def test_the_narrow_columns_of_a_wide_table_keep_the_narrow_plan(images):
 def test_sizes_the_user_gives_win_and_the_other_is_sized(images):
     assert plan_of(StreamingDataset(images, num_splits=4, block_rows=2, shuffle_buffer_size=8)) == (2, 2)
     given_block = StreamingDataset(images, num_splits=4, block_rows=4)
-    assert plan_of(given_block) == (4, 28), "a 127-row buffer (sized) of 4-row blocks (given)"
+    assert plan_of(given_block) == (4, 12), "a 63-row buffer (sized) of 4-row blocks (given)"
     given_buffer = StreamingDataset(images, num_splits=1, shuffle_buffer_size=4_096)
     assert plan_of(given_buffer) == (1, 4_096), "a one-row block (sized) in the given buffer"
 

@@ -326,24 +326,24 @@ def test_an_unknown_blobs_mode_is_refused(tables):
 
 @pytest.mark.parametrize(
     ("row_bytes", "block", "buffer"),
-    [(8 << 20, 1, 16), (300 << 10, 2, 436), (1 << 10, 64, 32_768), (64 << 20, 1, 2)],
+    [(8 << 20, 1, 8), (300 << 10, 2, 218), (1 << 10, 64, 32_768), (64 << 20, 1, 1)],
 )
-def test_a_blob_tables_buffer_holds_about_128_mib(row_bytes, block, buffer):
+def test_a_blob_tables_buffer_holds_about_64_mib(row_bytes, block, buffer):
     fitted = sized(PROFILES["local"], row_bytes)
     assert (fitted.block_rows, fitted.shuffle_buffer_size) == (block, buffer)
     assert fitted.shuffle_buffer_size * row_bytes <= max(PROFILES["local"].buffer_bytes, row_bytes)
 
 
 def test_the_default_plan_of_a_large_blob_table_is_sized_by_its_blobs(big, tables):
-    """Four rows averaging a little over 16 MiB: one-row blocks and a buffer of 7 rows
-    (within 128 MiB; the settings a state records); a table of kilobyte blobs keeps the
+    """Four rows averaging a little over 16 MiB: one-row blocks and a buffer of 3 rows
+    (within 64 MiB; the settings a state records); a table of kilobyte blobs keeps the
     profile's numbers."""
     state = StreamingDataset(big, num_splits=1).state_dict()["plan"]
-    assert (state["block_rows"], state["window_rows"]) == (1, 7)
+    assert (state["block_rows"], state["window_rows"]) == (1, 3)
     small = StreamingDataset(tables["blob"], num_splits=1).state_dict()["plan"]
     assert (small["block_rows"], small["window_rows"]) == (64, 32_768)
     handles = StreamingDataset(big, num_splits=1, blobs="handles").state_dict()["plan"]
-    assert handles["window_rows"] == 7, "the plan does not depend on blobs="
+    assert handles["window_rows"] == 3, "the plan does not depend on blobs="
 
 
 # -- object storage ---------------------------------------------------------------
