@@ -189,7 +189,9 @@ class Counts:
         with self.lock:
             self.requests[route] = self.requests.get(route, 0) + 1
             if isinstance(body, dict) and route == "query":
-                self.bodies.append({key: value for key, value in body.items() if key != "filter"})
+                kept = {key: value for key, value in body.items() if key != "filter"}
+                take = _TAKE.match(body.get("filter") or "")
+                self.bodies.append(kept | {"take": take.group(0).split()[0] if take else None})
             for fault in self.faults:
                 if fault["route"] in (route, "*") and fault["count"] > 0:
                     fault["count"] -= 1
@@ -205,6 +207,7 @@ class Counts:
                 "rows": self.rows,
                 "takes": self.takes,
                 "taken": self.taken,
+                "faults_left": sum(int(fault["count"]) for fault in self.faults),
             }
 
 
@@ -247,9 +250,14 @@ class Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         self.cut = False
         length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:  # unread: the connection cannot be reused
-            self.close_connection = True
-            self._json(413, {"message": f"request body of {length} bytes exceeds {MAX_BODY_BYTES}"})
+        if length > MAX_BODY_BYTES:  # read and dropped, so the client hears the answer
+            while length > 0:
+                length -= len(self.rfile.read(min(length, 1 << 16)) or b"x" * length)
+            matched = _TABLE_ROUTE.match(self.path.split("?", 1)[0])
+            with self.server.counts.lock:  # counted, never a fault's
+                route = matched.group(2) if matched else self.path
+                self.server.counts.requests[route] = self.server.counts.requests.get(route, 0) + 1
+            self._json(413, {"message": f"request body exceeds {MAX_BODY_BYTES} bytes"})
             return
         raw = self.rfile.read(length) if length else b""
         body = json.loads(raw) if raw else {}

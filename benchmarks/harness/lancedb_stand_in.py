@@ -97,12 +97,14 @@ class StandIn:
 
     def stats(self) -> dict[str, Any]:
         """Requests by route (``total``), rows answered (``rows``), take requests (``takes``) and the
-        rows they answered (``taken``) since the last ``reset``."""
+        rows they answered (``taken``) since the last ``reset``; ``faults_left``: injected faults not yet
+        suffered."""
         result: dict[str, Any] = self._control("stats")
         return result
 
     def query_bodies(self) -> list[dict[str, Any]]:
-        """Every ``query`` body since the last reset, without its filter (take lists are long)."""
+        """Every ``query`` body since the last reset, its filter replaced by ``take``: the column a
+        take names (``_rowid``, ``_rowoffset``), None for another query (take lists are long)."""
         result: list[dict[str, Any]] = self._control("bodies")
         return result
 

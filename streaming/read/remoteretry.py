@@ -145,7 +145,9 @@ def call(
                     "server keeps failing, check its health (the run can resume from its last checkpoint)"
                 ) from None
             wait = policy.wait(attempt, error)
-            _LOG.warning("LanceDB server: could not %s (%s); retrying in %.2f s", what, error, wait)
+            status = _status(error)
+            said = f"HTTP {status}: {error}" if status is not None else str(error)
+            _LOG.warning("LanceDB server: could not %s (%s); retrying in %.2f s", what, said, wait)
             time.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
