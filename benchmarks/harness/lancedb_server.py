@@ -23,7 +23,8 @@ rows answered), ``reset``, ``latency`` (per-request delay), ``fault`` (the next
 ``count`` requests of a route answer a status, with ``Retry-After`` if asked, stall,
 drop the connection unanswered, or are cut: the answer's full length announced, half
 its body sent, the connection closed) and ``stalled`` (wait until that many requests
-stalled). Killing the process and starting it again on the same port
+stalled), ``scan_order`` (``reversed``: plain queries answered in reverse storage order, as a
+server that scans in parallel may). Killing the process and starting it again on the same port
 (``StandIn.restart``) is the server going away mid-epoch.
 
 Leniencies (where a real server may differ, and what they hide):
@@ -76,6 +77,7 @@ class Tables:
         self._open: dict[tuple[str, int | None], Any] = {}
         self._addresses: dict[tuple[str, int], np.ndarray] = {}
         self._seen: dict[str, int] = {}
+        self.reversed_scans = False
 
     def dataset(self, name: str, version: int | None) -> Any:
         """The dataset of table ``name`` at ``version`` (latest when None); KeyError when missing."""
@@ -143,14 +145,18 @@ def answer_query(tables: Tables, name: str, body: dict[str, Any]) -> pa.Table:
             table = table.append_column("_rowoffset", pa.array([o for o in asked if o < live], pa.uint64()))
         return _order(table, names, with_ids)
     limit = min(int(body.get("k") or _MAX_K), _MAX_K)
+    reverse = tables.reversed_scans  # a server whose scans come in another order than storage
     table = dataset.to_table(
         columns=plain,
         filter=predicate,
-        offset=body.get("offset"),
-        limit=limit,
+        offset=None if reverse else body.get("offset"),
+        limit=None if reverse else limit,
         with_row_id=with_ids,
         with_row_address=with_offsets,
     )
+    if reverse:
+        start = int(body.get("offset") or 0)
+        table = table.take(pa.array(np.arange(table.num_rows)[::-1])).slice(start, limit)
     if with_offsets:
         addresses = table.column("_rowaddr").to_numpy()
         table = table.drop_columns(["_rowaddr"])
@@ -378,6 +384,9 @@ class Handler(BaseHTTPRequestHandler):
                 wanted = int(body["count"])
                 counts.lock.wait_for(lambda: counts.stalled >= wanted, timeout=float(body["timeout_s"]))
                 self._json(200, {"stalled": counts.stalled})
+        elif command == "scan_order":  # "storage" (Lance's) or "reversed": plain queries' order
+            self.server.tables.reversed_scans = body["order"] == "reversed"
+            self._json(200, {})
         elif command == "clear":  # forget every pending fault
             with counts.lock:
                 counts.faults = []

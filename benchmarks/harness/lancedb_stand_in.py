@@ -134,6 +134,10 @@ class StandIn:
         fault |= {"stall_s": stall_s, "retry_after_s": retry_after_s}
         self._control("fault", fault)
 
+    def set_scan_order(self, order: str) -> None:
+        """``"reversed"``: answer plain queries (not takes) in reverse storage order; ``"storage"``."""
+        self._control("scan_order", {"order": order})
+
     def clear_faults(self) -> None:
         """Forget every fault not yet suffered."""
         self._control("clear")

@@ -227,6 +227,7 @@ class RemoteSnapshot:
             for index in range((self.count + FRAGMENT_ROWS - 1) // FRAGMENT_ROWS)
         ]
         self.row_ids = RowIdCache(self.fragment_ids)
+        self._every_id: np.ndarray | None = None
 
     def __repr__(self) -> str:
         return f"RemoteSnapshot(uri={self.uri!r}, version={self.version}, rows={self.count})"
@@ -280,25 +281,37 @@ class RemoteSnapshot:
     def fragment_ids(self, fragment_id: int) -> np.ndarray:
         """The row ids of virtual fragment ``fragment_id``'s offsets, in offset order: one narrow query.
 
-        Raises:
-            RuntimeError: the server answered another number of rows.
+        The page (``offset``/``limit``) also names each row's ``_rowoffset``, so a server that
+        scans in another order is noticed: then the whole table's ids are read once instead.
         """
         start, rows = fragment_id * FRAGMENT_ROWS, self._fragments[fragment_id].physical_rows
+        if self._every_id is None:
 
-        def query() -> pa.Table:
-            found: pa.Table = self.table.search().select([_ROWID]).offset(start).limit(rows).to_arrow()
-            return found
+            def page() -> pa.Table:
+                query = self.table.search().select([_ROWID, _OFFSET]).offset(start).limit(rows)
+                found: pa.Table = query.to_arrow()
+                return found
 
-        table = self.call(f"read the row ids of offsets {start} to {start + rows - 1}", query)
-        if table.num_rows != rows or _ROWID not in table.column_names:
+            what = f"read the row ids of offsets {start} to {start + rows - 1}"
+            ids = _in_offset_order(self.call(what, page))
+            if ids is not None and len(ids) == rows and ids.offsets[0] == start and ids.contiguous:
+                return ids.ids
+            self._every_id = self._scan_ids()
+        return self._every_id[start : start + rows]
+
+    def _scan_ids(self) -> np.ndarray:
+        """Every row id in offset order (8 bytes a row): one narrow scan of the whole table."""
+        _LOG.info("LanceDB server: %s answers pages out of storage order; reading all its row ids", self.uri)
+        query = self.table.search().select([_ROWID, _OFFSET])
+        scan = self.call("read every row id", query.to_arrow)
+        ids = _in_offset_order(scan)
+        if ids is None or len(ids) != self.count or not ids.contiguous or ids.offsets[0] != 0:
             raise RuntimeError(
-                f"the LanceDB server answered {table.num_rows} row ids for offsets {start} to "
-                f"{start + rows - 1} of table {self.uri!r} at version {self.version}, which has {self.count} "
-                "rows; the server must answer a query's offset and limit at a pinned version, which "
-                "reading a remote table needs"
+                f"the LanceDB server answered {scan.num_rows} row ids with their _rowoffset for table "
+                f"{self.uri!r} at version {self.version}, which has {self.count} rows; the server must "
+                "answer _rowid and _rowoffset at a pinned version, which reading a remote table needs"
             )
-        ids: np.ndarray = table.column(_ROWID).to_numpy().astype(np.uint64)
-        return ids
+        return ids.ids
 
     def take(self, ids: np.ndarray, columns: Sequence[str]) -> pa.Table:
         """The rows with row ``ids`` in that order: one ``take_row_ids`` request.
@@ -328,3 +341,31 @@ class RemoteSnapshot:
         where = np.empty(len(wanted), dtype=np.int64)  # where = answer row of each row asked, in order
         where[order] = np.argsort(got, kind="stable")
         return table.take(pa.array(where)).select(names)
+
+
+@dataclass(frozen=True)
+class _Ids:
+    """Row ids and their offsets, sorted by offset."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def contiguous(self) -> bool:
+        """True when the offsets are consecutive (no gap, no repeat)."""
+        return bool(len(self.offsets) == 0 or self.offsets[-1] - self.offsets[0] == len(self.offsets) - 1)
+
+
+def _in_offset_order(table: pa.Table) -> _Ids | None:
+    """``table``'s ``_rowid`` sorted by its ``_rowoffset`` (None: a column is missing, offsets repeat)."""
+    if _ROWID not in table.column_names or _OFFSET not in table.column_names or table.num_rows == 0:
+        return None
+    offsets = table.column(_OFFSET).to_numpy().astype(np.int64)
+    order = np.argsort(offsets, kind="stable")
+    offsets = offsets[order]
+    if len(offsets) > 1 and not bool(np.all(np.diff(offsets) > 0)):
+        return None
+    return _Ids(table.column(_ROWID).to_numpy().astype(np.uint64)[order], offsets)

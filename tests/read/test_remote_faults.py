@@ -86,6 +86,28 @@ def test_deleted_rows_are_taken_by_row_id_and_read_what_the_local_table_reads(ro
     assert all(body["version"] == table.version for body in server.query_bodies())  # pinned
 
 
+def test_a_server_that_scans_out_of_storage_order_gives_the_same_row_ids(root, server):
+    """A page of row ids that is not the offsets asked for (its _rowoffset says so) is noticed: the
+    table's row ids are read in one scan instead, and they are the same."""
+    ids = pa.array(np.arange(80_000), pa.int64())
+    table = lancedb.connect(str(root)).create_table("long", pa.table({"id": ids}))
+    table.delete("id % 10 = 3")
+    remote_table = server.connect().open_table("long")
+    _, ordered = remote.open_remote(remote_table, version=None, factory=None)
+    expected = [ordered.fragment_ids(1), ordered.fragment_ids(0)]
+    server.set_scan_order("reversed")
+    try:
+        server.reset()
+        _, handle = remote.open_remote(remote_table, version=None, factory=None)
+        found = [handle.fragment_ids(1), handle.fragment_ids(0)]
+        kinds = [body["take"] for body in server.query_bodies()]
+    finally:
+        server.set_scan_order("storage")
+    assert all(np.array_equal(a, b) for a, b in zip(found, expected, strict=True))
+    assert len(expected[0]) == 72_000 - 65_536 and len(expected[1]) == 65_536
+    assert kinds == [None, None]  # the page, then the whole table's row ids once, kept
+
+
 def test_a_table_with_stable_row_ids_compacted_after_deletions(tmp_path):
     """Row ids that are not addresses (stable row ids, moved by a compaction) read the same rows."""
     uri = tmp_path / "stable.lance"
@@ -116,7 +138,7 @@ def test_every_retried_fault_is_retried_and_every_row_arrives_once(server, epoch
     if workers == 0:
         waits = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
         assert any("error decoding response body" in w for w in waits), waits
-        assert any("HTTP 429" in w and "retrying in 1.00 s" in w for w in waits), waits  # the rate-limit floor
+        assert any("HTTP 429" in w and "retrying in 1.00 s" in w for w in waits), waits  # the floor
 
 
 @pytest.mark.parametrize("workers", [0, 2])
