@@ -68,9 +68,10 @@ def epoch(server: StandIn) -> list[int]:
     return planned
 
 
-def loader(table, workers: int, **options) -> StreamingDataLoader:
+def loader(table, workers: int, *, multiprocessing_context=None, **options) -> StreamingDataLoader:
+    data = StreamingDataset(table, **SETTINGS, **options)
     return StreamingDataLoader(
-        StreamingDataset(table, **SETTINGS, **options), batch_size=16, num_workers=workers
+        data, batch_size=16, num_workers=workers, multiprocessing_context=multiprocessing_context
     )
 
 
@@ -122,12 +123,13 @@ def test_a_table_with_stable_row_ids_compacted_after_deletions(tmp_path):
     assert len(expected) == 256 and set(expected) <= {i for i in range(300) if i % 7}  # 257 live, 2 splits
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_every_retried_fault_is_retried_and_every_row_arrives_once(server, epoch, caplog, workers):
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, None), (2, "spawn")])
+def test_every_retried_fault_is_retried_and_every_row_arrives_once(server, epoch, caplog, workers, context):
     """Answers cut half way, 429 with Retry-After, dropped connections, 409 and 503, more of each than
-    the client's own retries: retried here (logged), nothing lost or repeated."""
+    the client's own retries: retried here (logged), nothing lost or repeated. Workers start with
+    the loader's default start method, and with spawn."""
     table = server.connect(client_config=FAST_RETRIES).open_table("train")
-    data = loader(table, workers)
+    data = loader(table, workers, multiprocessing_context=context)
     server.clear_faults()
     for fault in FAULTS:
         server.fault("query", **fault)
