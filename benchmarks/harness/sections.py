@@ -22,6 +22,7 @@ NAMES = (
     "remote-cache",
     "remote-first-batch",
     "remote-table",
+    "remote-deletions",
     "gpu",
     "blobs",
     "widths",

@@ -1,13 +1,15 @@
 """Tables on a LanceDB server (LanceDB Cloud and Enterprise) read like a Lance snapshot.
 
 A ``RemoteTable`` exposes no fragments or files, only the server's API: versions,
-counts, queries and takes by row offset. A pinned version's live rows have fixed
-offsets 0 .. N-1 (the server's ``take_offsets``), so this module presents them as
-*virtual fragments*, consecutive runs of ``FRAGMENT_ROWS`` offsets: the plan
-(shuffled fragment order, rotation, blocks, windows) is the one a Lance table of
-that shape gets, and a block read is one take of consecutive offsets. Start-up
-costs one ``count_rows`` and one ``describe`` whatever the table's size: no row-id
-scan. A filter costs one narrow query (the matching rows' offsets, once).
+counts, queries and takes by row offset or row id. A pinned version's live rows
+have fixed offsets 0 .. N-1, so this module presents them as *virtual fragments*,
+consecutive runs of ``FRAGMENT_ROWS`` offsets: the plan (shuffled fragment order,
+rotation, blocks, windows) is the one a Lance table of that shape gets. A block
+read is one take by row id (``take_row_ids``) of the rows at its offsets; a
+fragment's row ids are asked once, on its first read (``read/remoteids.py``): by
+offset, a server's take costs offsets x rows in a fragment with deleted rows.
+Start-up costs one ``count_rows`` and one ``describe`` whatever the table's size.
+A filter costs one narrow query (the matching rows' offsets, once).
 
 ``RemoteSnapshot`` answers what ``read/source.py`` asks of a Lance handle
 (``version``, ``schema``, ``get_fragments``, ``get_fragment(id).take``, ``scanner``
@@ -16,18 +18,14 @@ of table it reads. ``Connection`` is what travels to other processes: lancedb's
 serialized connection (it holds the API key) lives only in memory, out of every
 ``repr``, state and message; each process opens its own client from it.
 
-Transient failures (5xx, timeouts, dropped connections that outlast the client's
-own retries) are retried here with backoff and logged; a take is idempotent and
-its rows are used only when the whole answer arrived, so nothing is lost or
-repeated. What cannot succeed (a refused key, a missing table or version) raises
-at once with the fix.
+Every request goes through ``read/remoteretry.py``, the one place that says which
+failures are retried and which are final.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,18 +33,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import SnapshotGoneError
+from .remoteids import RowIdCache
+from .remoteretry import call
 
 __all__ = ["FRAGMENT_ROWS", "Connection", "RemoteSnapshot", "is_remote", "open_remote", "remote_uri"]
 
 _LOG = logging.getLogger("streaming")
 FRAGMENT_ROWS = 65_536
 """Offsets per virtual fragment. Part of the plan: changing it changes the order."""
-RETRIES = 4
-"""Attempts after the first for a transient failure (on top of the client's own)."""
-BACKOFF_S = 0.25
-"""The first wait before a retry; doubled each time."""
 _OFFSET = "_rowoffset"
+_ROWID = "_rowid"
 
 
 def is_remote(table: Any) -> bool:
@@ -85,32 +81,48 @@ class Connection:
             PermissionError: the server refused the API key.
             ValueError: the server has no such table.
         """
-        return _call(f"open table {self.uri!r} at version {version}", lambda: self._open(version), self)
+        return call(
+            f"open table {self.uri!r} at version {version}",
+            lambda: self._open(version),
+            self,
+            version=version,
+        )
 
     def _open(self, version: int) -> Any:
         if self.factory is not None:
             table = self.factory(self.name)
             table.checkout(version)
             return table
-        import lancedb
-
-        database = lancedb.deserialize_conn(self.state or "", for_worker=True)
-        return database.open_table(
+        return self._database().open_table(
             self.name, namespace_path=list(self.namespace) or None, branch=self.branch, version=version
         )
 
-    def latest(self) -> int:
-        """The newest version of the table on the server now."""
-        factory = self.factory
-        if factory is not None:
-            return int(_call(f"read the version of {self.uri!r}", lambda: factory(self.name).version, self))
+    def _database(self) -> Any:
         import lancedb
 
-        def newest() -> int:
-            database = lancedb.deserialize_conn(self.state or "", for_worker=True)
-            return int(database.open_table(self.name, namespace_path=list(self.namespace) or None).version)
+        return lancedb.deserialize_conn(self.state or "", for_worker=True)
 
-        return int(_call(f"read the version of {self.uri!r}", newest, self))
+    def _newest(self) -> Any:
+        if self.factory is not None:
+            return self.factory(self.name)
+        return self._database().open_table(self.name, namespace_path=list(self.namespace) or None)
+
+    def latest(self) -> int:
+        """The newest version of the table on the server now."""
+        return int(call(f"read the version of {self.uri!r}", lambda: self._newest().version, self))
+
+    def diagnose(self, version: int | None) -> str:
+        """What a 404 meant: ``"table"`` (no such table), ``"version"`` (``version`` is gone) or ``""``."""
+        try:
+            table = self._newest()
+        except ValueError as error:
+            if "was not found" in str(error):
+                return "table"
+            raise
+        if version is None:
+            return ""
+        versions = {int(entry["version"]) for entry in table.list_versions()}
+        return "" if version in versions else "version"
 
 
 def remote_uri(table: Any) -> str:
@@ -153,7 +165,7 @@ def open_remote(
     pinned = (
         int(version)
         if version is not None
-        else int(_call("read the version", lambda: table.version, connection))
+        else int(call("read the version", lambda: table.version, connection))
     )
     return connection, RemoteSnapshot(connection, pinned)
 
@@ -170,10 +182,9 @@ class _VirtualFragment:
         self.physical_rows = min(FRAGMENT_ROWS, snapshot.count - start)
 
     def take(self, offsets: np.ndarray, *, columns: Sequence[str]) -> pa.Table:
-        """The rows at ``offsets`` (of this fragment) in that order: one request."""
-        return self.snapshot.take(
-            np.asarray(offsets, dtype=np.int64) + self.fragment_id * FRAGMENT_ROWS, columns
-        )
+        """The rows at ``offsets`` (of this fragment) in that order: one take by row id."""
+        ids = self.snapshot.row_ids.ids(self.fragment_id, offsets)
+        return self.snapshot.take(ids, columns)
 
     def data_files(self) -> list[Any]:
         """No file is known (so the row size is not either)."""
@@ -215,13 +226,20 @@ class RemoteSnapshot:
             _VirtualFragment(self, index)
             for index in range((self.count + FRAGMENT_ROWS - 1) // FRAGMENT_ROWS)
         ]
+        self.row_ids = RowIdCache(self.fragment_ids)
+        self._every_id: np.ndarray | None = None
 
     def __repr__(self) -> str:
         return f"RemoteSnapshot(uri={self.uri!r}, version={self.version}, rows={self.count})"
 
     def call(self, what: str, action: Callable[[], Any]) -> Any:
         """``action`` with transient failures retried (see the module's docstring)."""
-        return _call(f"{what} (table {self.uri!r}, version {self.version})", action, self.connection)
+        return call(
+            f"{what} (table {self.uri!r}, version {self.version})",
+            action,
+            self.connection,
+            version=self.version,
+        )
 
     def get_fragments(self) -> list[_VirtualFragment]:
         """The virtual fragments, in offset order."""
@@ -260,94 +278,94 @@ class RemoteSnapshot:
         """The table's tags on the server (``list``, ``create``, ``delete``)."""
         return self.table.tags
 
-    def take(self, offsets: np.ndarray, columns: Sequence[str]) -> pa.Table:
-        """The rows at ascending ``offsets`` in that order: one ``take_offsets`` request.
+    def fragment_ids(self, fragment_id: int) -> np.ndarray:
+        """The row ids of virtual fragment ``fragment_id``'s offsets, in offset order: one narrow query.
+
+        The page (``offset``/``limit``) also names each row's ``_rowoffset``, so a server that
+        scans in another order is noticed: then the whole table's ids are read once instead.
+        """
+        start, rows = fragment_id * FRAGMENT_ROWS, self._fragments[fragment_id].physical_rows
+        if self._every_id is None:
+
+            def page() -> pa.Table:
+                query = self.table.search().select([_ROWID, _OFFSET]).offset(start).limit(rows)
+                found: pa.Table = query.to_arrow()
+                return found
+
+            what = f"read the row ids of offsets {start} to {start + rows - 1}"
+            ids = _in_offset_order(self.call(what, page))
+            if ids is not None and len(ids) == rows and ids.offsets[0] == start and ids.contiguous:
+                return ids.ids
+            self._every_id = self._scan_ids()
+        return self._every_id[start : start + rows]
+
+    def _scan_ids(self) -> np.ndarray:
+        """Every row id in offset order (8 bytes a row): one narrow scan of the whole table."""
+        _LOG.info("LanceDB server: %s answers pages out of storage order; reading all its row ids", self.uri)
+        query = self.table.search().select([_ROWID, _OFFSET])
+        scan = self.call("read every row id", query.to_arrow)
+        ids = _in_offset_order(scan)
+        if ids is None or len(ids) != self.count or not ids.contiguous or ids.offsets[0] != 0:
+            raise RuntimeError(
+                f"the LanceDB server answered {scan.num_rows} row ids with their _rowoffset for table "
+                f"{self.uri!r} at version {self.version}, which has {self.count} rows; the server must "
+                "answer _rowid and _rowoffset at a pinned version, which reading a remote table needs"
+            )
+        return ids.ids
+
+    def take(self, ids: np.ndarray, columns: Sequence[str]) -> pa.Table:
+        """The rows with row ``ids`` in that order: one ``take_row_ids`` request.
 
         Raises:
             RuntimeError: the server answered other rows than those asked for.
         """
-        wanted = [int(value) for value in offsets]
-        names = [name for name in columns if name != _OFFSET]
+        wanted = np.asarray(ids, dtype=np.uint64)
+        names = [name for name in columns if name not in (_OFFSET, _ROWID)]
 
         def take() -> pa.Table:
-            return self.table.take_offsets(wanted).select([*names, _OFFSET]).to_arrow()
+            found: pa.Table = self.table.take_row_ids(wanted.tolist()).select([*names, _ROWID]).to_arrow()
+            return found
 
         table = self.call(f"take {len(wanted)} rows", take)
-        if _OFFSET not in table.column_names:
-            raise RuntimeError(
-                f"the LanceDB server answered a take of {len(wanted)} offsets of table {self.uri!r} without "
-                f"their {_OFFSET} column, so the rows cannot be checked or ordered; this server does not "
-                "support take_offsets, which reading a remote table needs"
-            )
-        got = table.column(_OFFSET).to_numpy().astype(np.int64)
-        order = np.argsort(got, kind="stable")
-        if len(got) != len(wanted) or not np.array_equal(got[order], np.asarray(wanted, dtype=np.int64)):
-            raise RuntimeError(
-                f"the LanceDB server answered {len(got)} rows for a take of {len(wanted)} offsets of table "
-                f"{self.uri!r} at version {self.version}: not the rows asked for; the server may not "
-                "honour take_offsets at a pinned version"
-            )
-        if np.array_equal(order, np.arange(len(order))):  # answered in the order asked: no copy
+        got = table.column(_ROWID).to_numpy().astype(np.uint64) if _ROWID in table.column_names else None
+        if got is not None and np.array_equal(got, wanted):  # answered in the order asked: no copy
             return table.select(names)
-        return table.take(pa.array(order)).select(names)
+        order = np.argsort(wanted, kind="stable")
+        if got is None or len(got) != len(wanted) or not np.array_equal(np.sort(got), wanted[order]):
+            raise RuntimeError(
+                f"the LanceDB server answered {table.num_rows} rows for a take of {len(wanted)} row ids of "
+                f"table {self.uri!r} at version {self.version}: not the rows asked for (a row missing at the "
+                "pinned version, or no _rowid column); the server must honour take_row_ids at a pinned "
+                "version, which reading a remote table needs"
+            )
+        where = np.empty(len(wanted), dtype=np.int64)  # where = answer row of each row asked, in order
+        where[order] = np.argsort(got, kind="stable")
+        return table.take(pa.array(where)).select(names)
 
 
-def _status(error: BaseException) -> int | None:
-    status = getattr(error, "status_code", None)
-    return int(status) if isinstance(status, int) else None
+@dataclass(frozen=True)
+class _Ids:
+    """Row ids and their offsets, sorted by offset."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def contiguous(self) -> bool:
+        """True when the offsets are consecutive (no gap, no repeat)."""
+        return bool(len(self.offsets) == 0 or self.offsets[-1] - self.offsets[0] == len(self.offsets) - 1)
 
 
-def _transient(error: BaseException) -> bool:
-    """True for what a later attempt may get past: 5xx, 429, timeouts, dropped connections."""
-    from lancedb.remote.errors import HttpError, RetryError
-
-    if isinstance(error, RetryError | TimeoutError | ConnectionError):
-        return True
-    status = _status(error)
-    if isinstance(error, HttpError) and status is not None:
-        return status >= 500 or status in (408, 429)
-    text = str(error).lower()
-    return isinstance(error, RuntimeError) and any(
-        word in text for word in ("timed out", "timeout", "connection", "error sending request")
-    )
-
-
-def _call(what: str, action: Callable[[], Any], connection: Connection) -> Any:
-    for attempt in range(RETRIES + 1):
-        try:
-            return action()
-        except Exception as error:
-            if not _transient(error):
-                raise _final(error, what, connection) from None
-            if attempt == RETRIES:
-                raise RuntimeError(
-                    f"could not {what} on the LanceDB server after {RETRIES + 1} attempts: {error}; "
-                    "the server keeps failing, check its health (the run can resume from its last checkpoint)"
-                ) from None
-            wait = BACKOFF_S * 2**attempt
-            _LOG.warning("LanceDB server: could not %s (%s); retrying in %.2f s", what, error, wait)
-            time.sleep(wait)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _final(error: BaseException, what: str, connection: Connection) -> BaseException:
-    """The error to raise for a failure that no retry can get past, naming the fix."""
-    status = _status(error)
-    text = str(error)
-    if status in (401, 403):
-        return PermissionError(
-            f"the LanceDB server refused the API key (HTTP {status}) when asked to {what}; pass a valid "
-            "api_key to lancedb.connect (or a connection_factory that opens the table with one)"
-        )
-    if "(version:" in text and "not found" in text.lower():
-        return SnapshotGoneError(
-            f"could not {what}: the server no longer has that version of table {connection.uri!r}, so this "
-            "checkpoint cannot be resumed exactly; tag the versions you may resume from "
-            "(table.tags.create(name, version)) so the server keeps them"
-        )
-    if "not found" in text.lower():
-        return ValueError(
-            f"could not {what}: the LanceDB server has no table {connection.name!r} ({text}); check the "
-            "table's name and the database of lancedb.connect"
-        )
-    return error
+def _in_offset_order(table: pa.Table) -> _Ids | None:
+    """``table``'s ``_rowid`` sorted by its ``_rowoffset`` (None: a column is missing, offsets repeat)."""
+    if _ROWID not in table.column_names or _OFFSET not in table.column_names or table.num_rows == 0:
+        return None
+    offsets = table.column(_OFFSET).to_numpy().astype(np.int64)
+    order = np.argsort(offsets, kind="stable")
+    offsets = offsets[order]
+    if len(offsets) > 1 and not bool(np.all(np.diff(offsets) > 0)):
+        return None
+    return _Ids(table.column(_ROWID).to_numpy().astype(np.uint64)[order], offsets)

@@ -180,6 +180,19 @@ def test_remote_table_benchmark_measures_both_worker_counts_against_local(tmp_pa
     assert "1 query (the matching offsets" in text and "The peer's start-up scans every row id" in text
 
 
+def test_remote_deletions_benchmark_gives_ratios_for_every_share_in_one_run(tmp_path: Path) -> None:
+    """A small table, one round: rows/s and the ratio to no deletions for 0, 1 and 10% at k=0 and 2,
+    judged; the cost of learning the row ids and a take by offset against one by row id."""
+    args = ("--rows", "3000", "--latency-ms", "0", "--repeats", "1")
+    text, _ = run_section(tmp_path, "remote_deletions", *args, section="remote-deletions")
+    cells_of = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith("| ")]
+    rows = [cells for cells in cells_of if cells[0].strip().endswith("%")]
+    shares = [(cells[0].strip(), cells[1].strip()) for cells in rows[:6]]
+    assert shares == [(s, k) for k in ("0", "2") for s in ("0%", "1%", "10%")], rows
+    assert sum(cells[4].strip() in ("PASS", "FAIL") for cells in rows[:6]) == 4
+    assert [cells[0].strip() for cells in rows[6:]] == ["0%", "1%", "10%"]  # the row-id costs
+
+
 def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> None:
     """Tiny sizes, k=0 only: the blob column, the plain column and the files each give a
     rate and the ratio is judged; the memory run streams a small blob table with k=2."""
