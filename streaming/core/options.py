@@ -237,7 +237,12 @@ class Options:
         is an I/O setting, always sized. Every rank reads the same snapshot's
         metadata (and the same first rows), so every rank sizes the same way.
         """
-        fitted = sized(self.profile, row_bytes)
+        # the profile as these options hold it: plain ints (the profile may hold a numpy
+        # integer the user gave, which would overflow in the arithmetic)
+        base = dataclasses.replace(
+            self.profile, block_rows=self.block_rows, shuffle_buffer_size=self.shuffle_buffer_size
+        )
+        fitted = sized(base, row_bytes)
         block = self.block_rows if "block_rows" in self.user_sizes else fitted.block_rows
         if "shuffle_buffer_size" in self.user_sizes:
             buffer = self.shuffle_buffer_size
