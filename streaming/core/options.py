@@ -260,9 +260,12 @@ class Options:
         becomes ``window_rows * num_splits``, which gives back exactly ``window_rows``.
         Options given explicitly are returned unchanged (a mismatch is then refused),
         and so are they for a window that is not whole blocks (no plan has one): the
-        block and the window are adopted together or not at all.
+        block and the window are adopted together or not at all. With only
+        ``block_rows`` given, the buffer was sized by the rows (which appends and
+        deletes change), so the saved window is adopted when its block is that block.
         """
-        if not self.profile_plan or window_rows % block_rows:
+        only_block = self.user_sizes == ("block_rows",) and block_rows == self.block_rows
+        if not (self.profile_plan or only_block) or window_rows % block_rows:
             return self
         buffer = window_rows * self.num_splits
         return dataclasses.replace(self, block_rows=block_rows, shuffle_buffer_size=buffer)

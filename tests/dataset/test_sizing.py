@@ -112,3 +112,25 @@ def test_a_lancedb_server_table_is_sized_by_a_read_of_its_first_rows(server):
     stats = server.stats()
     assert stats["taken"] == 48, "each row taken once"
     assert stats["takes"] >= 1
+
+
+def test_a_given_block_resumes_on_a_version_whose_rows_size_another_buffer(tmp_path):
+    """Only block_rows given: the buffer is sized by the rows, which appends change, so a
+    dataset built on a later version adopts the checkpoint's window (same block) and
+    resumes exactly; a different block is still refused."""
+    uri = str(tmp_path / "images.lance")
+    lance.write_dataset(image_rows(40, WIDTH), uri)
+    before = StreamingDataset(uri, num_splits=2, shuffle_seed=1, block_rows=2)
+    it = iter(before)
+    delivered = [int(next(it)["id"]) for _ in range(7)]
+    state = before.state_dict()
+    it.close()
+    lance.write_dataset(image_rows(8, 3 * WIDTH), uri, mode="append")  # wider rows: a smaller buffer
+    later = StreamingDataset(uri, num_splits=2, shuffle_seed=1, block_rows=2)
+    assert plan_of(later) != (state["plan"]["block_rows"], state["plan"]["window_rows"])
+    later.load_state_dict(state)
+    rest = ids_of(later)
+    assert sorted(delivered + rest) == list(range(40))
+    other = StreamingDataset(uri, num_splits=2, shuffle_seed=1, block_rows=4)
+    with pytest.raises(ValueError, match="block_rows"):
+        other.load_state_dict(state)
