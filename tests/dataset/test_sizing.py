@@ -71,6 +71,25 @@ def test_images_in_a_plain_binary_column_get_a_block_and_buffer_within_their_bud
     assert sorted(int(i) for batch in loader for i in batch["id"]) == live
 
 
+@pytest.mark.parametrize("context", [None, "spawn"], ids=["default", "spawn"])
+def test_images_give_the_same_batches_and_bytes_for_every_worker_count(images, context):
+    """Guarantee 3 on the path of wide values (kept as Arrow, copied as a batch is made):
+    the same batches at k=0 and k=2, each image the bytes written."""
+    written = image_rows(ROWS, WIDTH).column("image").to_pylist()
+    batches = {}
+    for workers in (0, 2):
+        loader = StreamingDataLoader(
+            StreamingDataset(images, num_splits=2, shuffle_seed=3),
+            batch_size=6,
+            num_workers=workers,
+            multiprocessing_context=context if workers else None,
+        )
+        batches[workers] = [(batch["id"].tolist(), list(batch["image"])) for batch in loader]
+    assert batches[0] == batches[2]
+    for ids, images_ in batches[0]:
+        assert images_ == [written[i] for i in ids], f"batch of ids {ids}"
+
+
 def test_the_narrow_columns_of_a_wide_table_keep_the_narrow_plan(images):
     """The data files say the rows are wide; a read of the first rows of the chosen
     columns says these are 16 bytes, so the profile's numbers stay."""
