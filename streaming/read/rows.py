@@ -71,13 +71,13 @@ def _column(chunked: pa.ChunkedArray) -> Column | WideValues:
     are strings and binaries (their values are copied into Python objects anyway:
     joining them first would copy an image-wide read twice).
     """
-    if _python_values(chunked.type) and len(chunked) and chunked.nbytes >= WIDE_VALUE_BYTES * len(chunked):
-        return WideValues(chunked)
-    if chunked.num_chunks == 1:
-        return _convert(chunked.chunk(0))
-    if _python_values(chunked.type):  # no joined copy: each chunk's values are copied out once
+    if _python_values(chunked.type):  # no joined copy: each value is copied out once
+        if len(chunked) and chunked.nbytes >= WIDE_VALUE_BYTES * len(chunked):
+            return WideValues(chunked)
         values: list[Any] = chunked.to_pylist()
         return values
+    if chunked.num_chunks == 1:
+        return _convert(chunked.chunk(0))
     return _convert(chunked.combine_chunks())
 
 
