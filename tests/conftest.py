@@ -12,6 +12,9 @@ create are never judged: ``shm_watch`` says how an entry is known to be this run
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,16 @@ def table_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def small_uri(tmp_path: Path) -> str:
     """A 120-row table in four uneven fragments with a few deleted rows."""
     return make_table(tmp_path / "small.lance", [50, 7, 33, 34], deleted=[4, 55, 60])
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """An empty folder with a short path, removed afterwards: a child's ``TMPDIR``. Python
+    puts a fork server's socket there, and a socket path over 107 bytes (as pytest's
+    ``tmp_path`` of a long test name can make it) fails with "AF_UNIX path too long"."""
+    folder = Path(tempfile.mkdtemp(prefix="ls-", dir="/tmp"))  # /tmp itself: a short path is the point
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class ShmWatch:

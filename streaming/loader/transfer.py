@@ -63,6 +63,14 @@ MAX_SLOT_BYTES = 8 << 20
 MAX_RING_BYTES = 64 << 20
 """A worker's ring has fewer slots (at least 2) where ``slots`` of them would pass this."""
 
+VARYING_RING_BYTES = 16 << 20
+"""The same bound for a ring of shares whose size varies (packed strings and binaries):
+their slots are larger than the first share, and their pages are held by the worker and
+the trainer alike, so fewer of them are kept; a share finding none free takes the pipe."""
+
+VARYING_SPARE = 1.5
+"""A ring of varying shares has slots this many times the first share's bytes."""
+
 _ITERATORS = itertools.count()
 
 
@@ -148,13 +156,16 @@ class Ring:
         self._sent = 0
 
     @classmethod
-    def create(cls, name: str, *, slots: int, slot_bytes: int) -> Ring | None:
+    def create(
+        cls, name: str, *, slots: int, slot_bytes: int, ring_bytes: int = MAX_RING_BYTES
+    ) -> Ring | None:
         """A new ring, or ``None`` when shared memory cannot hold it or should not.
 
         A ring takes at most a quarter of the space free in ``/dev/shm``, which
-        others need too (NCCL, torch's tensor sharing).
+        others need too (NCCL, torch's tensor sharing), and has fewer slots (at least
+        2) where ``slots`` of them would pass ``ring_bytes``.
         """
-        slots = max(2, min(slots, MAX_RING_BYTES // slot_bytes))
+        slots = max(2, min(slots, ring_bytes // slot_bytes))
         size = _ALIGN + slots * slot_bytes
         if size > _free_shared_memory() // 4:
             return None
@@ -226,21 +237,32 @@ def send(channel: Channel, worker: int, arrays: Mapping[str, np.ndarray]) -> Par
     return None if ring is None else ring.put(arrays)
 
 
-def claim(channel: Channel, worker: int, layout: Mapping[str, Layout]) -> Claimed | None:
+def claim(
+    channel: Channel, worker: int, layout: Mapping[str, Layout], *, varying: bool = False
+) -> Claimed | None:
     """In worker ``worker``: the next slot of its ring of ``channel`` (made on first use)
     for arrays of ``layout``, to be written where they lie (``Ring.claim``); ``None``:
-    no slot, make the arrays elsewhere and use the pipe."""
-    ring = _ring(channel, worker, layout)
+    no slot, make the arrays elsewhere and use the pipe. ``varying``: later shares may
+    be larger than this one (packed strings and binaries)."""
+    ring = _ring(channel, worker, layout, varying=varying)
     return None if ring is None else ring.claim(layout)
 
 
-def _ring(channel: Channel, worker: int, layout: Mapping[str, Layout]) -> Ring | None:
-    """Worker ``worker``'s ring, made on first use with slots the size of ``layout``."""
+def _ring(
+    channel: Channel, worker: int, layout: Mapping[str, Layout], *, varying: bool = False
+) -> Ring | None:
+    """Worker ``worker``'s ring, made on first use with slots the size of ``layout``
+    (``VARYING_SPARE`` times that when ``varying``, within ``MAX_SLOT_BYTES``)."""
     key = channel.segment(worker)
     if key not in _RINGS:
         size = _layout_bytes(layout)
         fits = 0 < size <= MAX_SLOT_BYTES
-        _RINGS[key] = Ring.create(key, slots=channel.slots, slot_bytes=size) if fits else None
+        if varying:
+            size = _aligned(min(MAX_SLOT_BYTES, int(size * VARYING_SPARE)))
+        bound = VARYING_RING_BYTES if varying else MAX_RING_BYTES
+        _RINGS[key] = (
+            Ring.create(key, slots=channel.slots, slot_bytes=size, ring_bytes=bound) if fits else None
+        )
     return _RINGS[key]
 
 

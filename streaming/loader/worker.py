@@ -75,19 +75,18 @@ class WorkerBatch:
 
         batch = self.batch
         if self.parcel is not None:
-            arrays = transfer.receive(self.parcel)
-            batch = {key: arrays.get(key, value) for key, value in batch.items()}
+            batch = _opened(batch, transfer.receive(self.parcel))
         return to_tensors(batch)
 
     def columns(self) -> dict[str, Any]:
         """A ``numpy`` share's columns as they arrived: numeric ones as numpy arrays, those
-        in a shared-memory slot as views of it (copy them, then call ``done``)."""
+        in a shared-memory slot as views of it (copy them, then call ``done``); wide
+        strings and binaries packed there are copied out already."""
         if self.notice is not None:
             seeding.warn(self.notice)
         if self.parcel is None:
             return dict(self.batch)
-        arrays = transfer.views(self.parcel)
-        return {key: arrays.get(key, value) for key, value in self.batch.items()}
+        return _opened(self.batch, transfer.views(self.parcel))
 
     def done(self) -> None:
         """The columns of ``columns()`` were copied out: the worker may reuse their slot."""
@@ -99,6 +98,17 @@ class WorkerBatch:
         then builds the batch in pinned memory too."""
         batch = self.batch if self.raw or self.count == 0 else _compat.pin_memory(self.unwrap(), device)
         return WorkerBatch(batch, self.report, self.slots, self.size, raw=self.raw)
+
+
+def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A share's columns with those of its slot put back: arrays as they lie there, packed
+    strings and binaries (``spans.Spans``) unpacked into new values."""
+    from ..read.spans import Spans, unpack
+
+    return {
+        key: unpack(arrays[key], value) if isinstance(value, Spans) else arrays.get(key, value)
+        for key, value in batch.items()
+    }
 
 
 _PIPE_BYTES = byvalue.MAX_BYTES
@@ -170,17 +180,23 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
-        from ..read.assemble import finish, layout, to_tensors
+        from ..read.assemble import finish, layout, to_tensors, wide_columns
+        from ..read.spans import Spans
 
         if worker is None:
             return share(finish(item.items), None)
         channel = self.channel
         shapes = layout(item.items) if channel is not None else {}
-        claimed = transfer.claim(channel, worker.id, shapes) if channel is not None and shapes else None
-        if claimed is not None:  # the numeric columns are gathered straight into the slot
+        claimed = None
+        if channel is not None and shapes:
+            claimed = transfer.claim(channel, worker.id, shapes, varying=bool(wide_columns(item.items)))
+        if claimed is not None:  # numeric and wide columns are gathered straight into the slot
             targets = claimed[1]
             batch = finish(item.items, as_numpy=True, out=targets)
-            rest = {key: None if key in targets else value for key, value in batch.items()}
+            rest = {
+                key: None if key in targets and not isinstance(value, Spans) else value
+                for key, value in batch.items()
+            }
             return share(rest, report, numpy=True, parcel=claimed[0])
         batch = finish(item.items, as_numpy=True)
         if channel is not None and not shapes:  # where a claim failed, a send would fail too

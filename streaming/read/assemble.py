@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from ..core.progress import Cursor
+from . import spans
 from .iterate import CHUNK_ROWS, lowest_level
 from .reader import SplitReaders, Window, WindowSource, open_readers
-from .rows import Rows, gather
+from .rows import Rows, WideValues, gather
 
-__all__ = ["finish", "iterate_batches", "layout", "to_tensors"]
+__all__ = ["finish", "iterate_batches", "layout", "to_tensors", "wide_columns"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -199,8 +200,12 @@ def iterate_batches(
 def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """The dtype and shape of each column ``finish`` makes a numpy array of, worked out
     without copying a row (so a worker can hand ``finish`` the arrays to fill)."""
-    found = {}
+    found: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
     for name, parts in pieces.items():
+        wide = _wide(parts)
+        if wide is not None:  # packed: offsets, then the values (``spans``)
+            found[name] = (np.dtype(np.uint8), (spans.size(wide),))
+            continue
         columns = [part.column if isinstance(part, _Gathered) else part for part in parts]
         first: Any = columns[0] if columns else None
         if not _vectorisable(first):
@@ -214,6 +219,21 @@ def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int,
     return found
 
 
+def wide_columns(pieces: dict[str, list[Any]]) -> frozenset[str]:
+    """The columns ``layout`` packs (wide strings or binaries): their bytes vary by batch."""
+    return frozenset(name for name, parts in pieces.items() if _wide(parts) is not None)
+
+
+def _wide(parts: list[Any]) -> list[tuple[WideValues, np.ndarray]] | None:
+    """A column's pieces as (read column, rows) when all are wide values without nulls."""
+    if parts and all(
+        isinstance(part, _Gathered) and isinstance(part.column, WideValues) and part.column.packable
+        for part in parts
+    ):
+        return [(part.column, part.indices) for part in parts]
+    return None
+
+
 def finish(
     pieces: dict[str, list[Any]], *, as_numpy: bool = False, out: dict[str, np.ndarray] | None = None
 ) -> dict[str, Any]:
@@ -224,7 +244,7 @@ def finish(
     slots (``transfer``) or its result pipe, both several times faster here than
     torch's one shared-memory file per tensor. ``out`` holds arrays of ``layout``
     to write columns into instead of new arrays (a worker's slot); the batch then
-    holds them.
+    holds them, and a ``spans.Spans`` for each wide column packed there.
     """
     import torch  # here, not at the top: planning a table (the command line) never imports torch
     from torch.utils.data import default_collate
@@ -232,7 +252,8 @@ def finish(
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
         if out is not None and name in out:
-            batch[name] = _fill(parts, out[name])
+            wide = _wide(parts)
+            batch[name] = _fill(parts, out[name]) if wide is None else spans.pack(wide, out[name])
             continue
         array = _gather_once(parts)
         if array is None:

@@ -99,15 +99,63 @@ class WideValues:
         lengths = [len(chunk) for chunk in self._chunks]
         self._starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64)
         self._length = sum(lengths)
+        self._offset_cache: dict[int, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self._length
 
-    def take(self, indices: np.ndarray) -> list[Any]:
-        """The values at ``indices``, as ``bytes`` / ``str`` (``None`` for a null)."""
+    @property
+    def text(self) -> bool:
+        """Whether the values are strings (else binaries)."""
+        return bool(self._chunks) and (
+            pa.types.is_string(self._chunks[0].type) or pa.types.is_large_string(self._chunks[0].type)
+        )
+
+    @property
+    def packable(self) -> bool:
+        """Whether every value is present (no null), so ``extents`` describes them all."""
+        return all(chunk.null_count == 0 for chunk in self._chunks)
+
+    def extents(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(chunk, first byte, byte length) of each value at ``indices`` in ``data(chunk)``."""
+        rows = self._checked(indices)
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        within = rows - self._starts[which]
+        starts = np.empty(len(rows), dtype=np.int64)
+        stops = np.empty(len(rows), dtype=np.int64)
+        for chunk in np.unique(which).tolist():
+            mine = which == chunk
+            offsets = self._offsets(chunk)
+            starts[mine] = offsets[within[mine]]
+            stops[mine] = offsets[within[mine] + 1]
+        return which, starts, stops - starts
+
+    def data(self, chunk: int) -> np.ndarray:
+        """Chunk ``chunk``'s value bytes, as read (no copy; read-only)."""
+        array = self._chunks[chunk]
+        return np.frombuffer(array.buffers()[2], dtype=np.uint8)
+
+    def _offsets(self, chunk: int) -> np.ndarray:
+        """Chunk ``chunk``'s value offsets into ``data(chunk)`` (made once, then kept)."""
+        found = self._offset_cache.get(chunk)
+        if found is None:
+            array = self._chunks[chunk]
+            wide = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
+            found = self._offset_cache[chunk] = offsets[array.offset : array.offset + len(array) + 1].astype(
+                np.int64
+            )
+        return found
+
+    def _checked(self, indices: np.ndarray) -> np.ndarray:
         rows = np.asarray(indices, dtype=np.int64)
         if len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < self._length:
             raise IndexError(f"rows {rows.min()}..{rows.max()} of a read of {self._length} rows")
+        return rows
+
+    def take(self, indices: np.ndarray) -> list[Any]:
+        """The values at ``indices``, as ``bytes`` / ``str`` (``None`` for a null)."""
+        rows = self._checked(indices)
         which = np.searchsorted(self._starts, rows, side="right") - 1
         within = rows - self._starts[which]
         chunks = self._chunks

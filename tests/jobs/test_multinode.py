@@ -100,7 +100,16 @@ def shm_segments() -> set[str]:
     return shm_watch.ours({name for name in os.listdir("/dev/shm") if name.startswith("lsr")})
 
 
-def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: list[dict[str, str]], **args):
+def run_job(
+    uri: str,
+    s3: dict[str, str],
+    root: Path,
+    scratch: Path,
+    *,
+    nnodes: str,
+    node_env: list[dict[str, str]],
+    **args,
+):
     """Two torchrun agents (node 0 hosts the rendezvous store); wait for both; return their exit codes."""
     shared = root / "shared"
     shared.mkdir(parents=True)
@@ -108,10 +117,11 @@ def run_job(uri: str, s3: dict[str, str], root: Path, *, nnodes: str, node_env: 
     agents, logs = [], []
     for node, extra in enumerate(node_env):
         folder = root / f"node{node}"
-        (folder / "tmp").mkdir(parents=True)
+        folder.mkdir(parents=True)
+        (scratch / f"n{node}").mkdir()  # a short TMPDIR: the fork server's socket lives there
         env = {
             **os.environ,
-            "TMPDIR": str(folder / "tmp"),
+            "TMPDIR": str(scratch / f"n{node}"),
             "LS_JOB": token,
             "LS_S3_ENDPOINT": s3["aws_endpoint"],
             "LS_S3_KEY_ID": KEY_ID,
@@ -202,7 +212,7 @@ def check_exactly_once(found: list[dict], expected: Counter) -> None:
     assert delivered == expected, "the epoch is not exactly once across the restarts"
 
 
-def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path):
+def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path, short_tmp):
     """The example of docs/multinode.md, run unchanged (here only: ``test_docs.py`` leaves
     it to this test): 2 nodes x 2 ranks x 2 workers, the table on a local S3 server; rank 1
     SIGKILLs itself after step 9; with --max-restarts=1 both agents restart their workers,
@@ -210,11 +220,10 @@ def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path):
     ranks. ``rank_log/sitecustomize.py`` logs what every rank trained."""
     ((page, line, code),) = [param.values for param in examples() if param.values[0] == "multinode.md"]
     (tmp_path / "example.py").write_text(code)
-    (tmp_path / "tmp").mkdir()
     log, token = tmp_path / "log", uuid.uuid4().hex
     env = {
         **os.environ,
-        "TMPDIR": str(tmp_path / "tmp"),
+        "TMPDIR": str(short_tmp),
         "LS_JOB": token,
         "LS_RANK_LOG": str(log),
         "PYTHONPATH": os.pathsep.join([str(RANK_LOG), str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -235,13 +244,13 @@ def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lost_node_and_the_job_goes_on_with_the_other(uri, s3, tmp_path):
+def test_a_lost_node_and_the_job_goes_on_with_the_other(uri, s3, tmp_path, short_tmp):
     """--nnodes=1:2: node 1 dies at step 10 (agent and ranks SIGKILLed) and never comes
     back; node 0's agent restarts its workers alone, on 2 ranks, from the checkpoint
     of step 8, and they finish the epoch exactly."""
     before = shm_segments()
     codes, shared = run_job(
-        uri, s3, tmp_path, nnodes="1:2", node_env=[{}, {"LS_LOSE_NODE_AT": "10"}], kill_at=0
+        uri, s3, tmp_path, short_tmp, nnodes="1:2", node_env=[{}, {"LS_LOSE_NODE_AT": "10"}], kill_at=0
     )
     assert codes[0] == 0 and codes[1] == -9, agent_logs(tmp_path)
     found = attempts(shared)

@@ -33,8 +33,10 @@ from helpers import ids_of, make_table
 from launching import PROCS, Group, await_exits
 from shm_watch import ours, shm_leftovers, shm_names
 
-DROP_SECONDS = 1.0
-"""The longest a drop may take; one worker missing torch's shutdown costs 5 s."""
+DROP_SECONDS = 3.0
+"""The longest a drop may take; one worker missing torch's shutdown costs 5 s. A quiet
+machine drops in 0.3-0.6 s; with other programs keeping 2 cores busy (a load of 14) a
+drop took 2.0 s, which is still far from the 5 s this guards against."""
 WHERE = ["after an epoch", "mid-epoch"]
 CASES = [("default", 1), ("default", 2), ("default", 4), ("forkserver", 4), ("spawn", 4)]
 

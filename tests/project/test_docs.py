@@ -57,11 +57,10 @@ def test_examples_run_elsewhere_are_run_there():
 
 
 @pytest.mark.parametrize(("page", "line", "code"), [p for p in EXAMPLES if p.values[0] not in RUN_ELSEWHERE])
-def test_example_runs(page, line, code, tmp_path):
+def test_example_runs(page, line, code, tmp_path, short_tmp):
     script = tmp_path / "example.py"
     script.write_text(code)
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    scratch = short_tmp
     # the repository on the path: an example may start one of the benchmarks' stand-in servers
     paths = [str(DOCS.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": os.pathsep.join(paths)}

@@ -333,12 +333,11 @@ def test_an_endless_remote_dataset_moves_through_epochs(table):
 RANK_SCRIPT = PROCS / "remote_rank.py"
 
 
-def test_gloo_ranks_cover_the_table_and_write_the_key_nowhere(tmp_path, server):
+def test_gloo_ranks_cover_the_table_and_write_the_key_nowhere(tmp_path, server, short_tmp):
     """Two gloo ranks with two workers each: every row once, equal lengths; then every file
     the run wrote (logs at DEBUG, checkpoints, temporary files, its output) is read for the key."""
-    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    out, scratch = tmp_path / "out", short_tmp
     out.mkdir()
-    scratch.mkdir()
     environment = {**os.environ, "REMOTE_RANK_API_KEY": API_KEY, "TMPDIR": str(scratch)}
     port = free_port()
     flags = [f"--out={out}", f"--host={server.host}", f"--port={port}", "--world-size=2"]
