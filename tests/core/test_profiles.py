@@ -172,7 +172,11 @@ def test_the_local_profile_for_narrow_rows_and_images(row_bytes, block, buffer, 
 
 def test_without_a_row_size_the_remote_profile_keeps_its_numbers():
     assert sized(PROFILES["remote"], None) == PROFILES["remote"]
-    assert sized(PROFILES["remote"], 524) == PROFILES["remote"], "its numbers are those of 0.5 KiB rows"
+    half = sized(PROFILES["remote"], 524)
+    assert half.block_rows == PROFILES["remote"].block_rows, "its block is that of 0.5 KiB rows"
+    assert half.shuffle_buffer_size == 125 * 2_048, "its buffer: as many whole blocks as 128 MiB holds"
+    tiny = sized(PROFILES["remote"], 64)
+    assert (tiny.block_rows, tiny.shuffle_buffer_size) == (8_192, 128 * 8_192), "128 blocks while they fit"
 
 
 def test_row_bytes_from_metadata(tmp_path):
