@@ -28,6 +28,9 @@ from doc_examples import DOCS, examples, python_blocks
 
 EXAMPLES = examples()
 RUN_ELSEWHERE = {
+    # run from a wheel installed in a fresh venv, outside the checkout, as a user runs them
+    "remote-tables.md": "tests/testing/test_installed.py::test_the_remote_tables_example_runs_installed",
+    "testing.md": "tests/testing/test_installed.py::test_the_testing_example_runs_installed",
     # its two-node job runs once, there, with what every rank trained checked too
     "multinode.md": "tests/jobs/test_multinode.py::test_a_killed_rank_and_torchrun_restarts_both_nodes",
 }
