@@ -3,7 +3,7 @@
     python -m benchmarks remote_deletions [--rows 1000000] [--latency-ms 25] [--repeats 3] [--out F]
 
 Writes ``--rows`` rows of (id int64, label int32, float32[128]) in 16 fragments and
-serves them with the LanceDB stand-in (``benchmarks/harness/lancedb_server.py``: its own
+serves them with the LanceDB stand-in (``streaming/testing/server.py``: its own
 process, Lance's own engine, so a take costs what it costs lancedb). Deleting 1% and
 then 10% of the rows (seeded, spread over every fragment) makes two more versions of the
 same table, so the three cases read the same data files: version 1 (no deletions), 2
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import sections
-from benchmarks.harness.lancedb_stand_in import StandIn, running
 from benchmarks.harness.machine import load_average, machine_facts
 from benchmarks.harness.tables import TableRef, wide_chunk, write_table
+from streaming.testing import LanceDBStandIn
 
 BATCH = 256
 SPLITS = 16
@@ -79,7 +79,7 @@ def epoch_rate(table: Any, version: int, workers: int, rows: int) -> float:
     return delivered / seconds
 
 
-def mechanism(server: StandIn, name: str, version: int) -> dict[str, float]:
+def mechanism(server: LanceDBStandIn, name: str, version: int) -> dict[str, float]:
     """The row-id pages of ``version`` (seconds, bytes, runs) and one take by offset and by id."""
     table = server.connect().open_table(name, version=version)
     count = table.count_rows()
@@ -102,7 +102,7 @@ def mechanism(server: StandIn, name: str, version: int) -> dict[str, float]:
     return {"rows": count, "learn": learn, "runs": runs, "offset": by_offset, "id": by_id}
 
 
-def measure(server: StandIn, local: TableRef, versions: list[int], repeats: int) -> dict[str, Any]:
+def measure(server: LanceDBStandIn, local: TableRef, versions: list[int], repeats: int) -> dict[str, Any]:
     """Rounds of one epoch per version, interleaved, at k=0 and 2; the mechanism per version."""
     table = server.connect().open_table(local.name)
     rates: dict[tuple[int, int], list[float]] = {}
@@ -172,6 +172,6 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         local = write_table(folder, "deleted", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)
         versions = delete_share(local, SHARES)
-        with running(folder, api_key=KEY, latency_ms=args.latency_ms) as server:
+        with LanceDBStandIn(folder, api_key=KEY, latency_ms=args.latency_ms) as server:
             found = measure(server, local, versions, args.repeats)
     sections.publish(report(found, versions, args), name="remote-deletions", out=args.out)

@@ -3,7 +3,7 @@
     python -m benchmarks remote_table [--rows 1000000] [--latency-ms 25] [--out docs/benchmarks.md]
 
 Writes ``--rows`` rows of (id int64, label int32, float32[128]) in 16 fragments,
-serves them with the LanceDB stand-in (``benchmarks/harness/lancedb_server.py``, its own
+serves them with the LanceDB stand-in (``streaming/testing/server.py``, its own
 process, ``--latency-ms`` before every answer) and reads them through lancedb's
 remote client (``lancedb.connect("db://...", host_override=...)``) with
 ``StreamingDataset(table, num_splits=16)`` and ``StreamingDataLoader(batch_size=256)``,
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import sections
-from benchmarks.harness.lancedb_stand_in import StandIn, running
 from benchmarks.harness.machine import load_average, machine_facts
 from benchmarks.harness.measure import Caps, time_items
 from benchmarks.harness.tables import TableRef, wide_chunk, write_table
+from streaming.testing import LanceDBStandIn
 
 BATCH = 256
 SPLITS = 16
@@ -60,7 +60,7 @@ def _startup(table: Any, **options: Any) -> float:
     return time.perf_counter() - start
 
 
-def measure_case(server: StandIn | None, local: TableRef, workers: int) -> dict[str, float]:
+def measure_case(server: LanceDBStandIn | None, local: TableRef, workers: int) -> dict[str, float]:
     """One case: remote (``server``) or local (``None``), ``workers`` worker processes."""
     table = server.connect().open_table(local.name) if server is not None else local.open()
     startup = min(_startup(table) for _ in range(3))
@@ -75,7 +75,7 @@ def measure_case(server: StandIn | None, local: TableRef, workers: int) -> dict[
     return result
 
 
-def measure_startup(server: StandIn, local: TableRef) -> dict[str, float]:
+def measure_startup(server: LanceDBStandIn, local: TableRef) -> dict[str, float]:
     """Start-up with a filter, the peer's row-id scan, and the 100M-row plan."""
     from streaming.core.plan import EpochPlan, PlanSettings
     from streaming.read.remote import FRAGMENT_ROWS
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         local = write_table(folder, "wide", rows=args.rows, fragments=FRAGMENTS, chunk=wide_chunk)
         results: dict[str, dict[str, float]] = {}
-        with running(folder, api_key=KEY, latency_ms=args.latency_ms) as server:
+        with LanceDBStandIn(folder, api_key=KEY, latency_ms=args.latency_ms) as server:
             for workers in (0, 2):
                 results[f"local, k={workers}"] = measure_case(None, local, workers)
                 results[f"remote, k={workers}"] = measure_case(server, local, workers)

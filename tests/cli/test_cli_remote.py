@@ -1,6 +1,6 @@
 """The command line on tables of a LanceDB server (``db://``), against the stand-in server.
 
-The stand-in (``benchmarks/harness/lancedb_stand_in.py``) answers lancedb's own remote
+The stand-in (``streaming/testing/standin.py``) answers lancedb's own remote
 client from real Lance tables, in a process of its own. The API key reaches the
 command line through ``LANCEDB_API_KEY`` or ``--api-key-file`` and never appears in
 its output.
@@ -19,8 +19,8 @@ import lancedb
 import pyarrow as pa
 import pytest
 
-from benchmarks.harness.lancedb_stand_in import StandIn, running
 from streaming import StreamingDataset
+from streaming.testing import LanceDBStandIn
 
 from helpers import take
 
@@ -56,16 +56,16 @@ def one_error_line(result: subprocess.CompletedProcess[str], *fragments: str) ->
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandIn]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LanceDBStandIn]:
     root = tmp_path_factory.mktemp("server")
     table = pa.table({"id": pa.array(range(ROWS), pa.int64()), "label": [i % 7 for i in range(ROWS)]})
     lancedb.connect(str(root)).create_table("train", table)
-    with running(str(root), api_key=API_KEY) as stand_in:
+    with LanceDBStandIn(str(root), api_key=API_KEY) as stand_in:
         yield stand_in
 
 
 @pytest.fixture(scope="module")
-def state_file(server: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def state_file(server: LanceDBStandIn, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Rank 0's state after 12 samples of a 2-rank run on the server's table."""
     dataset = StreamingDataset(
         server.connect().open_table("train"), num_splits=4, rank=0, world_size=2, block_rows=8

@@ -20,8 +20,8 @@ import lancedb
 import pytest
 from moto_s3 import s3_server
 
-from benchmarks.harness.lancedb_stand_in import StandIn, running
 from streaming import profile
+from streaming.testing import LanceDBStandIn
 
 from helpers import make_table, table_data
 
@@ -170,10 +170,10 @@ def test_a_profile_of_s3_through_the_function_matches_the_table(s3):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[StandIn]:
+def server(tmp_path_factory) -> Iterator[LanceDBStandIn]:
     root = tmp_path_factory.mktemp("server")
     lancedb.connect(str(root)).create_table("train", table_data(0, 500))
-    with running(str(root), api_key=API_KEY) as stand_in:
+    with LanceDBStandIn(str(root), api_key=API_KEY) as stand_in:
         yield stand_in
 
 

@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from benchmarks.harness.lancedb_stand_in import StandIn, running
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.core.profiles import PROFILES, WIDE_BLOCK_BYTES, sized
 from streaming.read import source
+from streaming.testing import LanceDBStandIn
 
 from helpers import ids_of
 
@@ -107,11 +107,11 @@ def test_sizes_the_user_gives_win_and_the_other_is_sized(images):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[StandIn]:
+def server(tmp_path_factory) -> Iterator[LanceDBStandIn]:
     """The LanceDB server stand-in over a table of 48 rows of 256 KiB images."""
     root: Path = tmp_path_factory.mktemp("sizing-server")
     lancedb.connect(str(root)).create_table("images", image_rows(48, 256 << 10))
-    with running(str(root), api_key=API_KEY) as stand_in:
+    with LanceDBStandIn(str(root), api_key=API_KEY) as stand_in:
         yield stand_in
 
 

@@ -65,9 +65,13 @@ MADE_UP = [
         "an import points up",
         {"core/made_up.py": "import importlib\nimportlib.import_module('..loader.loader', __package__)"},
     ),
+    ("an import points up", {"cli/made_up.py": "from ..testing import LanceDBStandIn"}),
+    ("an import points up", {"demo.py": "import streaming.testing.standin"}),
+    ("an import points up", {"__init__.py": "from .testing import LanceDBStandIn"}),
     ("a base module imports the package", {"errors.py": "from .core.plan import EpochPlan"}),
     ("an import cycle", {"core/made_a.py": "from . import made_b", "core/made_b.py": "from . import made_a"}),
     ("Lance outside read/", {"dataset/made_up.py": "import lance"}),
+    ("Lance outside read/", {"cli/made_up.py": "import lancedb"}),
     ("torch or Lance in a pure wing", {"core/made_up.py": "import torch"}),
     ("torch or Lance in a pure wing", {"state/made_up.py": "from lance import LanceDataset"}),
     ("a private name imported", {"dataset/made_up.py": "from ..core.plan import _made_up"}),
@@ -113,6 +117,17 @@ def test_the_checker_passes_a_clean_made_up_module():
         "streaming.errors",
         "streaming.state.format",
     }
+    for rule, check in RULES.items():
+        assert not check(found), (rule, check(found))
+
+
+def test_the_testing_wing_is_on_top_and_may_import_lance():
+    """``streaming.testing`` imports Lance (the stand-in serves real tables) and whatever lies
+    below; a module elsewhere that imports it breaks "an import points up"."""
+    assert LAYERS[-1] == "testing"
+    made_up = {"testing/made_up.py": "import lance\nimport lancedb\nfrom ..loader.loader import X"}
+    found = [use for use in uses_with(made_up) if use.path == "testing/made_up.py"]
+    assert {use.target for use in found} >= {"lance", "lancedb", "streaming.loader.loader"}
     for rule, check in RULES.items():
         assert not check(found), (rule, check(found))
 

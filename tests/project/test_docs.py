@@ -28,6 +28,9 @@ from doc_examples import DOCS, examples, python_blocks
 
 EXAMPLES = examples()
 RUN_ELSEWHERE = {
+    # run from a wheel installed in a fresh venv, outside the checkout, as a user runs them
+    "remote-tables.md": "tests/testing/test_installed.py::test_the_remote_tables_example_runs_installed",
+    "testing.md": "tests/testing/test_installed.py::test_the_testing_example_runs_installed",
     # its two-node job runs once, there, with what every rank trained checked too
     "multinode.md": "tests/jobs/test_multinode.py::test_a_killed_rank_and_torchrun_restarts_both_nodes",
 }
@@ -61,9 +64,8 @@ def test_example_runs(page, line, code, tmp_path, short_tmp):
     script = tmp_path / "example.py"
     script.write_text(code)
     scratch = short_tmp
-    # the repository on the path: an example may start one of the benchmarks' stand-in servers
-    paths = [str(DOCS.parent), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "TMPDIR": str(scratch), "PYTHONPATH": os.pathsep.join(paths)}
+    # the installed package only, as a user has it: no checkout on the path (benchmarks/ is not there)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"TMPDIR": str(scratch)}
     result = subprocess.run(
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )

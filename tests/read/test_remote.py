@@ -1,4 +1,4 @@
-"""Remote LanceDB tables against the stand-in server (``benchmarks/harness/lancedb_server.py``).
+"""Remote LanceDB tables against the stand-in server (``streaming/testing/server.py``).
 
 The stand-in answers lancedb's own remote client (``lancedb.connect("db://...",
 host_override=...)``) from real Lance tables in a process of its own, so versions,
@@ -23,7 +23,6 @@ import lancedb
 import pyarrow as pa
 import pytest
 
-from benchmarks.harness.lancedb_stand_in import FAST_RETRIES, StandIn, running
 from streaming import (
     SnapshotGoneError,
     StreamingDataLoader,
@@ -31,6 +30,7 @@ from streaming import (
     StreamingMixture,
 )
 from streaming.read import remote
+from streaming.testing import FAST_RETRIES, LanceDBStandIn
 
 from helpers import check_resume_everywhere, ids_of, json_roundtrip, plain_transform, table_data, take
 from launching import PROCS, free_port
@@ -63,13 +63,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(root: Path) -> Iterator[StandIn]:
-    with running(str(root), api_key=API_KEY) as stand_in:
+def server(root: Path) -> Iterator[LanceDBStandIn]:
+    with LanceDBStandIn(str(root), api_key=API_KEY) as stand_in:
         yield stand_in
 
 
 @pytest.fixture
-def table(server: StandIn):
+def table(server: LanceDBStandIn):
     return server.connect().open_table("train")
 
 

@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from benchmarks.harness.lancedb_stand_in import FAST_RETRIES, StandIn, running
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset
 from streaming.read import remote
+from streaming.testing import FAST_RETRIES, LanceDBStandIn
 
 from helpers import ids_of, json_roundtrip, table_data
 
@@ -55,13 +55,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(root: Path) -> Iterator[StandIn]:
-    with running(str(root), api_key=API_KEY) as stand_in:
+def server(root: Path) -> Iterator[LanceDBStandIn]:
+    with LanceDBStandIn(str(root), api_key=API_KEY) as stand_in:
         yield stand_in
 
 
 @pytest.fixture(scope="module")
-def epoch(server: StandIn) -> list[int]:
+def epoch(server: LanceDBStandIn) -> list[int]:
     """The planned rows of one epoch with ``SETTINGS`` (1,844 of the 1,846 live rows: 4 splits of 461)."""
     planned = sorted(ids_of(StreamingDataset(server.connect().open_table("train"), **SETTINGS)))
     assert len(planned) == len(set(planned)) == 1_844 and set(planned) <= set(LIVE)
@@ -120,7 +120,7 @@ def test_a_table_with_stable_row_ids_compacted_after_deletions(tmp_path):
     dataset.delete("id % 7 = 0")
     dataset.optimize.compact_files(target_rows_per_fragment=1_000)
     expected = ids_of(StreamingDataset(str(uri), num_splits=2, shuffle_seed=5, block_rows=8))
-    with running(str(tmp_path), api_key=API_KEY) as stand_in:
+    with LanceDBStandIn(str(tmp_path), api_key=API_KEY) as stand_in:
         table = stand_in.connect().open_table("stable")
         assert ids_of(StreamingDataset(table, num_splits=2, shuffle_seed=5, block_rows=8)) == expected
     assert len(expected) == 256 and set(expected) <= {i for i in range(300) if i % 7}  # 257 live, 2 splits
@@ -179,7 +179,7 @@ def test_a_version_cleaned_up_mid_epoch_is_snapshot_gone_and_the_state_resumes(t
     resumes with the rest of the epoch, every row once."""
     write(tmp_path, "gone")
     folder, backup = tmp_path / "gone.lance", tmp_path / "backup"
-    with running(str(tmp_path), api_key=API_KEY) as stand_in:
+    with LanceDBStandIn(str(tmp_path), api_key=API_KEY) as stand_in:
         table = stand_in.connect(client_config=FAST_RETRIES).open_table("gone")
         first = loader(table, workers)
         batches = iter(first)
