@@ -15,9 +15,9 @@ from ..core.cachesettings import cache_settings
 from ..core.options import Options, check_handle_options, check_options
 from ..core.plan import rank_splits
 from ..core.profiles import profile_for
-from ..read import blobs, cached, jobplan, source
+from ..read import blobs, cached, source
 from ..read.view import TableView, open_view, unplanned_view
-from . import torchrun
+from . import jobplan, torchrun
 from .engine import DatasetEngine
 from .topology import draw_seed, require_group, simulated_splits, topology
 

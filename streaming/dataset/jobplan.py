@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import source
+from ..read import source
 
 __all__ = ["check_same_plan", "shares_plan", "shared_filter_index"]
 
