@@ -58,7 +58,7 @@ class StreamingWarning(UserWarning):
 
 
 class CacheWarning(StreamingWarning):
-    """The local cache of a remote table could not be used (a full disk, a folder that
+    """The local cache of a table on object storage could not be used (a full disk, a folder that
     cannot be written); this process reads from object storage instead, exactly as
     without the cache. Warned once per process and table."""
 

@@ -124,7 +124,8 @@ def _add_plan(commands: Any) -> None:
 def _add_cache(commands: Any) -> None:
     cache = commands.add_parser(
         "cache",
-        help="size, entries, tables and versions of the local cache of remote tables; --clear empties it",
+        help="size, entries, tables and versions of the local cache of tables on object storage; "
+        "--clear empties it",
     )
     cache.add_argument(
         "directory", nargs="?", metavar="DIR", help="the cache_dir (default: $LANCE_STREAMING_CACHE_DIR)"

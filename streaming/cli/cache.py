@@ -1,4 +1,4 @@
-"""``lance-streaming cache``: what the local cache of remote tables holds, and clearing it."""
+"""``lance-streaming cache``: what the local cache of tables on object storage holds, and clearing it."""
 
 from __future__ import annotations
 

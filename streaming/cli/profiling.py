@@ -101,7 +101,7 @@ def _found(
         worker_peak_bytes=timing.worker_peaks,
         requests=requests[0],
         requests_note=requests[1],
-        remote=_is_remote(dataset.table_uri),
+        remote=_handle(dataset, settings).kind != "local",
         cache_dir=_cache_dir(settings),
         plain_binary_columns=_plain_binary(_handle(dataset, settings)),
     )
@@ -213,7 +213,7 @@ def _peak(pid: int) -> int:
 
 
 def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
-    """This process's handle to the dataset's snapshot (the one its reads use)."""
+    """This process's ``Table`` of the dataset's snapshot (the one its reads use)."""
     from ..read.source import Snapshot, open_snapshot
 
     snapshot = Snapshot(dataset.table_uri, dataset.version, settings.get("storage_options"))
@@ -221,26 +221,19 @@ def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
 
 
 def _counted_handle(dataset: Any, num_workers: int, options: Any) -> tuple[Any, str]:
-    """The handle whose I/O counters see every read, or None and why not."""
+    """The table whose request count sees every read, or None and why not."""
     if num_workers > 0:
         return None, "each worker reads with its own handle; run with num_workers=0 to count them"
-    if dataset.table_uri.startswith("db://"):
+    table = _handle(dataset, {"storage_options": options})
+    if table.kind == "remote":
         return None, "a LanceDB server's requests are not counted by its client"
-    handle = _handle(dataset, {"storage_options": options})
-    if not hasattr(handle, "io_stats_incremental"):
+    if table.read_requests() is None:
         return None, "this Lance version counts no requests"
-    handle.io_stats_incremental()  # from zero
-    return handle, "Lance's read operations in this process"
+    return table, "Lance's read operations in this process"
 
 
-def _io_requests(handle: Any) -> int | None:
-    return None if handle is None else int(handle.io_stats_snapshot().read_iops)
-
-
-def _is_remote(uri: str) -> bool:
-    from ..core.profiles import REMOTE_SCHEMES
-
-    return uri.startswith("db://") or uri.split("://", 1)[0].lower() in REMOTE_SCHEMES
+def _io_requests(table: Any) -> int | None:
+    return None if table is None else table.read_requests()
 
 
 def _cache_dir(settings: dict[str, Any]) -> str | None:

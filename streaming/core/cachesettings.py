@@ -1,4 +1,4 @@
-"""The settings of the local cache for remote tables: a directory and a size limit.
+"""The settings of the local cache for tables on object storage: a directory and a size limit.
 
 Opt-in: ``cache_dir=`` (or ``LANCE_STREAMING_CACHE_DIR``) turns it on, ``cache_limit=``
 (or ``LANCE_STREAMING_CACHE_LIMIT``) bounds it. A keyword wins over its variable.

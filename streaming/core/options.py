@@ -220,12 +220,12 @@ class Options:
     user_sizes: tuple[str, ...] = ()
     """Which of ``block_rows`` and ``shuffle_buffer_size`` the user gave (never sized)."""
     cache: CacheSettings | None = None
-    """The local cache for a remote table (``cache_dir``, ``cache_limit``); never order-defining."""
+    """The local cache of a table in a bucket (``cache_dir``, ``cache_limit``); never order-defining."""
 
     @property
     def io_threads(self) -> int:
         """Threads reading windows (as many again run their takes): ``io_queue_depth``,
-        at least the storage profile's minimum (16 remote: hides a store's round trips)."""
+        at least the storage profile's minimum (16 for object storage: hides its round trips)."""
         return max(self.io_queue_depth, self.profile.min_io_threads)
 
     def sized_for(self, row_bytes: float | None) -> Options:

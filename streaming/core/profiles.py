@@ -2,7 +2,7 @@
 
 A local disk answers a small read in microseconds, so small blocks (good mixing
 from a small buffer) cost little. Object storage answers each request after tens
-of milliseconds and charges for it, so a remote table is read in larger blocks,
+of milliseconds and charges for it, so a table there is read in larger blocks,
 and a larger shuffle buffer keeps the mixing. A table on a LanceDB server
 (``db://``) is read the same way, in takes of up to ``take_rows`` rows each (one
 request). ``storage_profile="auto"`` picks by
@@ -20,7 +20,6 @@ __all__ = [
     "AUTO",
     "DEFAULT_PROFILE",
     "PROFILES",
-    "REMOTE_SCHEMES",
     "Profile",
     "choose_profile",
     "profile_for",
@@ -113,9 +112,6 @@ DEFAULT_PROFILE = PROFILES["local"]
 """The profile ``auto`` picks for a URI no profile claims (a path, ``file://``, ``memory://``)."""
 AUTO = "auto"
 """The ``storage_profile`` that picks a profile by the table URI's scheme."""
-
-REMOTE_SCHEMES = PROFILES["remote"].schemes
-"""URI schemes of object stores: ``auto`` picks the remote profile for them."""
 
 
 def choose_profile(storage_profile: object, uri: str) -> Profile:

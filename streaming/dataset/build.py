@@ -15,9 +15,10 @@ from ..core.cachesettings import cache_settings
 from ..core.options import Options, check_handle_options, check_options
 from ..core.plan import rank_splits
 from ..core.profiles import profile_for
-from ..read import blobs, cached, jobplan, source
+from ..read import blobs, cached, source
+from ..read.table import Table
 from ..read.view import TableView, open_view, unplanned_view
-from . import torchrun
+from . import jobplan, torchrun
 from .engine import DatasetEngine
 from .topology import draw_seed, require_group, simulated_splits, topology
 
@@ -45,7 +46,7 @@ def build_engine(table: Any, given: Mapping[str, Any]) -> DatasetEngine:
         storage_options=given["storage_options"],
         connection_factory=given["connection_factory"],
     )
-    cached.warn_unused(snapshot.uri, cache_dir=given["cache_dir"])
+    cached.warn_unused(handle, cache_dir=given["cache_dir"])
     options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
     override = given["worker_info_override"]
     return DatasetEngine(
@@ -90,7 +91,7 @@ def _options(table: Any, given: Mapping[str, Any]) -> Options:
 
 
 def _first_view(
-    snapshot: source.Snapshot, handle: Any, options: Options, *, shared_plan: bool
+    snapshot: source.Snapshot, handle: Table, options: Options, *, shared_plan: bool
 ) -> tuple[Options, TableView]:
     """The options sized for ``snapshot`` and its view for the first epoch.
 

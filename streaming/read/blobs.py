@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import source
+from .table import Table
 
 __all__ = [
     "BLOB_MODES",
@@ -165,14 +166,14 @@ def _nested_blob(type_: pa.DataType) -> bool:
     return any(_is_blob(child) or _nested_blob(child.type) for child in children)
 
 
-def blob_columns(dataset: Any, columns: Sequence[str]) -> tuple[str, ...]:
+def blob_columns(dataset: Table, columns: Sequence[str]) -> tuple[str, ...]:
     """The blob columns among ``columns`` of the snapshot, in the order given."""
     schema = dataset.schema
     return tuple(name for name in columns if _is_blob(schema.field(name)))
 
 
 def check_columns(
-    snapshot: source.Snapshot, dataset: Any, columns: Sequence[str], *, mode: str, packing: bool
+    snapshot: source.Snapshot, dataset: Table, columns: Sequence[str], *, mode: str, packing: bool
 ) -> BlobRead | None:
     """How to read the blob columns of ``columns``; ``None`` when there are none.
 
@@ -195,7 +196,7 @@ def check_columns(
     found = blob_columns(dataset, columns)
     if not found:
         return None
-    if snapshot.remote is not None:
+    if not dataset.reads_blobs:
         raise TypeError(
             f"column {found[0]!r} of the remote table {snapshot.uri} is a blob column "
             f"({schema.field(found[0]).type}), and blob bytes are not read through a LanceDB server "
@@ -211,7 +212,7 @@ def check_columns(
     return BlobRead(found, handles=mode == "handles")
 
 
-def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
+def row_bytes(dataset: Table, columns: Sequence[str] | None) -> float | None:
     """Bytes a row of ``columns`` takes, blobs included (``None``: not known).
 
     ``source.row_bytes`` sizes the other columns; each blob column adds the mean
@@ -233,7 +234,7 @@ def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
     return total
 
 
-def _starts(dataset: Any, snapshot: source.Snapshot) -> dict[int, int]:
+def _starts(dataset: Table, snapshot: source.Snapshot) -> dict[int, int]:
     """Each fragment's first index among the snapshot's live rows (storage order)."""
     key = (snapshot.uri, snapshot.version, os.getpid())
     with _LOCK:
@@ -260,7 +261,7 @@ def _indices(
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _read_blobs(dataset: Any, column: str, indices: np.ndarray, executor: Executor | None) -> list[Any]:
+def _read_blobs(dataset: Table, column: str, indices: np.ndarray, executor: Executor | None) -> list[Any]:
     """The bytes (or None) of the blobs at ``indices``, in order.
 
     One batched Lance read (``read_blobs``, which merges neighbouring blobs into fewer
@@ -284,7 +285,7 @@ def _read_blobs(dataset: Any, column: str, indices: np.ndarray, executor: Execut
     return [value for values in executor.map(part, range(0, len(indices), PART_ROWS)) for value in values]
 
 
-def _bytes_column(dataset: Any, column: str, indices: np.ndarray, executor: Executor | None) -> pa.Array:
+def _bytes_column(dataset: Table, column: str, indices: np.ndarray, executor: Executor | None) -> pa.Array:
     """The blobs at ``indices`` as one ``large_binary`` array, copied once into a single
     data buffer (a builder appending value by value would grow it again and again)."""
     if len(indices) == 0:
@@ -300,7 +301,7 @@ def _bytes_column(dataset: Any, column: str, indices: np.ndarray, executor: Exec
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(values), buffers, null_count=nulls)
 
 
-def _handle_column(dataset: Any, snapshot: source.Snapshot, column: str, indices: np.ndarray) -> pa.Array:
+def _handle_column(dataset: Table, snapshot: source.Snapshot, column: str, indices: np.ndarray) -> pa.Array:
     files = dataset.take_blobs(column, indices=pa.array(indices, pa.uint64())) if len(indices) else []
     valid = [blob is not None for blob in files]
     storage = pa.StructArray.from_arrays(
@@ -316,7 +317,7 @@ def _handle_column(dataset: Any, snapshot: source.Snapshot, column: str, indices
 
 def read_rows(
     snapshot: source.Snapshot,
-    reader: Any,
+    reader: Table,
     pieces: Sequence[tuple[int, np.ndarray]],
     *,
     columns: Sequence[str],

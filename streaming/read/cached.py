@@ -1,8 +1,10 @@
-"""Reading a remote snapshot through the local cache (``cache_dir=``).
+"""Reading a table in a bucket through the local cache (``cache_dir=``): ``CachedTable``.
 
+``CachedTable`` is the ``Table`` (``read/table.py``) of this way of reading: a
+bucket's ``LanceTable`` gives it from ``through_cache`` when the dataset has a cache.
 A fragment whose files (data files and deletion file) are all in the cache is read
 with a local Lance handle of the same version: the same manifest (serialized from
-the remote handle, never cached by name), over hard links of the cached files, so
+the bucket's handle, never cached by name), over hard links of the cached files, so
 the rows at every offset are the same as the bucket's. Any other fragment is read
 from the bucket as without the cache, and its files are downloaded in the
 background (whole files, one request each, by Lance's own object store with the
@@ -26,17 +28,21 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from ..core.cachesettings import CacheSettings
 from ..core.stats import Counters
 from ..errors import CacheUnusedWarning, CacheWarning
-from . import source
 from .diskcache import DiskCache, Entry, table_key
+from .table import PLACES, Table
 
-__all__ = ["CachedTable", "cacheable", "reading", "warn_unused"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+__all__ = ["BucketTable", "CachedTable", "SnapshotCache", "reading", "warn_unused"]
 
 _LOG = logging.getLogger("streaming")
 FILL_THREADS = 8
@@ -47,45 +53,46 @@ RETRY_SECONDS = 2.0
 """How soon a process asks again for a fragment it could not fill (another process
 was filling it, or it did not fit)."""
 _MAX_TABLES = 8
-_LOCAL_SCHEMES = ("", "file", "file+uring", "memory")
 
-_TABLES: dict[tuple[str, int, int, CacheSettings], CachedTable | None] = {}
+_TABLES: dict[tuple[str, int, int, CacheSettings], SnapshotCache | None] = {}
 _UNUSED: set[tuple[str, int]] = set()
 """(table URI, pid) pairs already warned that their ``cache_dir=`` is not used."""
 _DISKS: dict[tuple[CacheSettings, int], DiskCache | None] = {}
 _LOCK = threading.Lock()
 
 
-def cacheable(uri: str) -> bool:
-    """True for a table on object storage (a local table gains nothing from a copy)."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return scheme not in _LOCAL_SCHEMES and scheme != "db"  # db://: a LanceDB server's table has no files
+class BucketTable(Table, Protocol):
+    """What the cache reads of a bucket's ``LanceTable`` (``read/lancetable.py``): a
+    ``Table`` with its ``lance.LanceDataset`` and storage options (declared here, so
+    that the cache imports only the protocol)."""
+
+    dataset: Any
+    storage_options: Mapping[str, str] | None
 
 
-def warn_unused(uri: str, *, cache_dir: object) -> None:
+def warn_unused(table: Table, *, cache_dir: object) -> None:
     """Warn ``CacheUnusedWarning`` once per process and table when ``cache_dir=`` was
-    passed for a local table, which is read where it is (a copy would gain nothing)."""
-    if cache_dir is None or cacheable(uri) or (uri, os.getpid()) in _UNUSED:
+    passed for a table not in a bucket, which is read where it is (there is nothing
+    a copy would gain, or no file to copy)."""
+    uri = table.uri
+    if cache_dir is None or table.kind == "bucket" or (uri, os.getpid()) in _UNUSED:
         return
     _UNUSED.add((uri, os.getpid()))
+    place = PLACES[table.kind]
     warnings.warn(
-        f"cache_dir={str(cache_dir)!r} is not used for {uri!r}: the table is on local disk, "
+        f"cache_dir={str(cache_dir)!r} is not used for {uri!r}: the table is {place}, "
         "and the cache keeps copies of tables on object storage only; leave cache_dir unset "
-        "for local tables",
+        f"for tables {place}",
         CacheUnusedWarning,
         stacklevel=4,  # the caller of StreamingDataset() (through build_engine)
     )
 
 
-def reading(
-    snapshot: source.Snapshot, handle: Any, settings: CacheSettings | None, counters: Counters
-) -> Any:
-    """What to read ``snapshot`` through: its cache (``get_fragment`` like a Lance handle)
-    or, without a cache or when the cache cannot serve it, ``handle`` itself."""
-    if settings is None or not cacheable(str(handle.uri)):
-        return handle
-    table = _table(snapshot, handle, settings)
-    return handle if table is None else _Reader(table, counters)
+def reading(table: BucketTable, settings: CacheSettings, counters: Counters) -> Table:
+    """What to read ``table`` (in a bucket) through: its cache, or ``table`` itself when
+    the cache cannot serve it (warned once)."""
+    cache = _cache(table, settings)
+    return table if cache is None else CachedTable(table, cache, counters)
 
 
 def _warn(message: str) -> None:
@@ -108,12 +115,12 @@ def _disk(settings: CacheSettings) -> DiskCache | None:
     return _DISKS[key]
 
 
-def _table(snapshot: source.Snapshot, handle: Any, settings: CacheSettings) -> CachedTable | None:
-    key = (snapshot.uri, snapshot.version, os.getpid(), settings)
+def _cache(table: BucketTable, settings: CacheSettings) -> SnapshotCache | None:
+    key = (table.uri, table.version, os.getpid(), settings)
     with _LOCK:
         if key not in _TABLES:
             disk = _disk(settings)
-            _TABLES[key] = None if disk is None else CachedTable.open(snapshot, handle, disk)
+            _TABLES[key] = None if disk is None else SnapshotCache.open(table, disk)
             while len(_TABLES) > _MAX_TABLES:
                 del _TABLES[next(iter(_TABLES))]
         return _TABLES[key]
@@ -174,17 +181,18 @@ def _fragment_entries(handle: Any, table: str) -> dict[int, tuple[Entry, ...]]:
     return entries
 
 
-class CachedTable:
-    """One snapshot of one remote table, read through the cache by this process."""
+class SnapshotCache:
+    """The cached files of one snapshot of one table in a bucket, as this process uses them."""
 
-    def __init__(self, snapshot: source.Snapshot, handle: Any, disk: DiskCache, manifest: bytes) -> None:
-        self.uri = str(handle.uri)
-        self.version = snapshot.version
+    def __init__(self, table: BucketTable, disk: DiskCache, manifest: bytes) -> None:
+        handle = table.dataset
+        self.uri = table.uri
+        self.version = table.version
         self.key = table_key(self.uri)
         self.disk = disk
-        self._remote = handle
+        self._bucket = handle
         self._manifest = manifest
-        options = source.handle_options(handle) or snapshot.storage_options
+        options = table.storage_options
         self._options = dict(options) if options else None
         self.files = _fragment_entries(handle, self.key)
         self._local: Any = None
@@ -195,22 +203,25 @@ class CachedTable:
         self._fills_failed = self._reads_failed = False
 
     @classmethod
-    def open(cls, snapshot: source.Snapshot, handle: Any, disk: DiskCache) -> CachedTable | None:
-        """The cached table, or ``None`` (warned) when its manifest or the disk fails."""
+    def open(cls, table: BucketTable, disk: DiskCache) -> SnapshotCache | None:
+        """The snapshot's cache, or ``None`` (warned) when its manifest or the disk fails."""
+        handle = table.dataset
         try:
             manifest = handle._ds.serialized_manifest()  # the pinned version's, from Lance itself
-            table = cls(snapshot, handle, disk, bytes(manifest))
-            files = {entry.relpath: entry.size for entries in table.files.values() for entry in entries}
-            disk.record_version(table.key, table.uri, table.version, files)
+            cache = cls(table, disk, bytes(manifest))
+            files = {entry.relpath: entry.size for entries in cache.files.values() for entry in entries}
+            disk.record_version(cache.key, cache.uri, cache.version, files)
         except (OSError, AttributeError) as error:
-            uri = source.table_uri(handle)
-            _warn(f"the local cache cannot hold table {uri!r} ({error}); this process reads it remotely")
+            _warn(
+                f"the local cache cannot hold table {table.uri!r} ({error}); this process reads it "
+                "from object storage"
+            )
             return None
-        return table
+        return cache
 
-    def remote_fragment(self, fragment_id: int) -> Any:
+    def bucket_fragment(self, fragment_id: int) -> Any:
         """The fragment on object storage."""
-        return self._remote.get_fragment(fragment_id)
+        return self._bucket.get_fragment(fragment_id)
 
     def take_local(self, fragment_id: int, offsets: Any, columns: Sequence[str]) -> pa.Table | None:
         """Rows at ``offsets`` of a fragment whose files are all cached, read locally;
@@ -290,29 +301,97 @@ class CachedTable:
         return download
 
 
-class _Reader:
-    """A cached table as ``source.read_rows`` reads it (``get_fragment(id).take(...)``),
-    counting the rows that came from the cache."""
+class CachedTable:
+    """A table in a bucket read through the local cache (a ``Table``): its fragments' rows
+    from the cache when their files are there (counted as cached rows), else from the
+    bucket; everything else is the bucket table's."""
 
-    def __init__(self, table: CachedTable, counters: Counters) -> None:
+    reads_blobs = True
+
+    def __init__(self, table: BucketTable, cache: SnapshotCache, counters: Counters) -> None:
         self._table = table
+        self._cache = cache
         self._counters = counters
+        self.uri, self.version, self.kind = table.uri, table.version, table.kind
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The bucket table's columns."""
+        return self._table.schema
+
+    @property
+    def tags(self) -> Any:
+        """The bucket table's tags."""
+        return self._table.tags
+
+    def get_fragments(self) -> list[_Fragment]:
+        """Every fragment, read through the cache."""
+        return [self.get_fragment(int(fragment.fragment_id)) for fragment in self._table.get_fragments()]
 
     def get_fragment(self, fragment_id: int) -> _Fragment:
-        return _Fragment(self._table, fragment_id, self._counters)
+        """The fragment ``fragment_id``, read through the cache."""
+        return _Fragment(self._cache, fragment_id, self._counters)
+
+    def scanner(self, *, filter: str, columns: Sequence[str], with_row_address: bool) -> Any:  # noqa: A002
+        """The bucket table's scanner."""
+        return self._table.scanner(filter=filter, columns=columns, with_row_address=with_row_address)
+
+    def to_table(
+        self,
+        *,
+        columns: Sequence[str],
+        filter: str | None = None,  # noqa: A002
+        limit: int | None = None,
+    ) -> pa.Table:
+        """The bucket table's rows."""
+        return self._table.to_table(columns=columns, filter=filter, limit=limit)
+
+    def read_blobs(self, column: str, *, indices: Any, preserve_order: bool) -> Any:
+        """The bucket table's blobs (blob files are not cached)."""
+        return self._table.read_blobs(column, indices=indices, preserve_order=preserve_order)
+
+    def take_blobs(self, column: str, *, indices: Any, buffer_size: int | None = None) -> Any:
+        """The bucket table's blob files."""
+        return self._table.take_blobs(column, indices=indices, buffer_size=buffer_size)
+
+    def through_cache(self, settings: CacheSettings | None, counters: Counters) -> Table:
+        """Itself: already read through the cache."""
+        return self
+
+    def read_requests(self) -> int | None:
+        """The bucket table's count (reads from the cache send none)."""
+        return self._table.read_requests()
 
 
 class _Fragment:
-    def __init__(self, table: CachedTable, fragment_id: int, counters: Counters) -> None:
-        self._table = table
-        self._id = fragment_id
+    """One fragment of a ``CachedTable``: its metadata from the bucket, its rows from the
+    cache when its files are there."""
+
+    def __init__(self, cache: SnapshotCache, fragment_id: int, counters: Counters) -> None:
+        self._cache = cache
+        self.fragment_id = fragment_id
         self._counters = counters
+
+    @property
+    def physical_rows(self) -> int:
+        """Its rows, deleted ones included (the bucket's metadata)."""
+        return int(self._cache.bucket_fragment(self.fragment_id).physical_rows)
+
+    @property
+    def num_deletions(self) -> int:
+        """Its deleted rows (the bucket's metadata)."""
+        return int(self._cache.bucket_fragment(self.fragment_id).num_deletions)
+
+    def data_files(self) -> Sequence[Any]:
+        """Its data files on object storage."""
+        files: Sequence[Any] = self._cache.bucket_fragment(self.fragment_id).data_files()
+        return files
 
     def take(self, offsets: Any, *, columns: Sequence[str]) -> pa.Table:
         """The rows at ``offsets``: from the cache when the fragment is there, else the bucket."""
-        local = self._table.take_local(self._id, offsets, columns)
+        local = self._cache.take_local(self.fragment_id, offsets, columns)
         if local is not None:
             self._counters.add(cached=local.num_rows)
             return local
-        remote: pa.Table = self._table.remote_fragment(self._id).take(offsets, columns=list(columns))
-        return remote
+        found: pa.Table = self._cache.bucket_fragment(self.fragment_id).take(offsets, columns=list(columns))
+        return found

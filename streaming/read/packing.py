@@ -26,6 +26,7 @@ from ..core.progress import Anchor, Cursor
 from ..errors import PackingEstimateWarning
 from .iterate import lowest_level
 from .reader import SplitReaders, WindowSource, open_readers
+from .table import Table
 
 __all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]
 
@@ -48,7 +49,7 @@ _SAMPLE_DOCUMENTS = 4096
 """Documents read to estimate ``blocks_per_epoch="auto"``."""
 
 
-def packing_for(options: Any, handle: Any, columns: Sequence[str], planned_rows: int) -> Packing | None:
+def packing_for(options: Any, handle: Table, columns: Sequence[str], planned_rows: int) -> Packing | None:
     """The packing settings for a snapshot, or None; checks the token column.
 
     Raises:
@@ -72,7 +73,7 @@ def packing_for(options: Any, handle: Any, columns: Sequence[str], planned_rows:
     return Packing(options.pack_sequences, options.eos_id, options.pad_id, int(blocks))
 
 
-def _check_token_column(handle: Any, columns: Sequence[str]) -> None:
+def _check_token_column(handle: Table, columns: Sequence[str]) -> None:
     """Packing reads exactly one column, of integer lists (variable or fixed size)."""
     from . import source
 

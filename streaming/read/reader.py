@@ -15,7 +15,7 @@ from ..core.cachesettings import CacheSettings
 from ..core.plan import EpochPlan
 from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
-from . import blobs, cached, source
+from . import blobs, source
 from .blobs import BlobRead
 from .planahead import PlanAhead
 from .rows import Rows
@@ -44,7 +44,7 @@ class WindowSource:
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
     take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
-    cache: CacheSettings | None = None  # the local cache of a remote table (see read/cached.py)
+    cache: CacheSettings | None = None  # the local cache of a table in a bucket (see read/cached.py)
     blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
     ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see read/planahead.py
 
@@ -67,8 +67,7 @@ class WindowSource:
     def _table(self, pieces: Sequence[tuple[int, Any]], executor: Executor | None) -> pa.Table:
         """The rows of ``pieces`` in order (through the local cache, if any); a read with
         blob columns goes through ``blobs``, which reads the other columns like any read."""
-        dataset = source.open_snapshot(self.snapshot)
-        reading = cached.reading(self.snapshot, dataset, self.cache, self.counters)
+        reading = source.open_snapshot(self.snapshot).through_cache(self.cache, self.counters)
         index, size = self.filter_index, self.take_rows
         if self.blobs is not None:
             return blobs.read_rows(

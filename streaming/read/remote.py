@@ -11,12 +11,13 @@ offset, a server's take costs offsets x rows in a fragment with deleted rows.
 Start-up costs one ``count_rows`` and one ``describe`` whatever the table's size.
 A filter costs one narrow query (the matching rows' offsets, once).
 
-``RemoteSnapshot`` answers what ``read/source.py`` asks of a Lance handle
-(``version``, ``schema``, ``get_fragments``, ``get_fragment(id).take``, ``scanner``
-for a filter, ``to_table``, ``tags``), so nothing above ``read/`` knows which kind
-of table it reads. ``Connection`` is what travels to other processes: lancedb's
-serialized connection (it holds the API key) lives only in memory, out of every
-``repr``, state and message; each process opens its own client from it.
+``RemoteSnapshot`` is the ``Table`` (``read/table.py``) of this kind, ``"remote"``:
+it answers what the reader asks of any table (``version``, ``schema``,
+``get_fragments``, ``get_fragment(id).take``, ``scanner`` for a filter, ``to_table``,
+``tags``), so no other module knows which kind of table it reads. ``Connection`` is
+what travels to other processes: lancedb's serialized connection (it holds the API
+key) lives only in memory, out of every ``repr``, state and message; each process
+opens its own client from it.
 
 Every request goes through ``read/remoteretry.py``, the one place that says which
 failures are retried and which are final.
@@ -28,13 +29,18 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from .remoteids import RowIdCache
 from .remoteretry import call
+
+if TYPE_CHECKING:
+    from ..core.cachesettings import CacheSettings
+    from ..core.stats import Counters
+    from .table import Kind
 
 __all__ = ["FRAGMENT_ROWS", "Connection", "RemoteSnapshot", "is_remote", "open_remote", "remote_uri"]
 
@@ -213,7 +219,14 @@ class _Matching:
 
 
 class RemoteSnapshot:
-    """One version of a table on a LanceDB server, opened by this process."""
+    """One version of a table on a LanceDB server, opened by this process (a ``Table``).
+
+    Its blob columns are not read (``reads_blobs``), it has no local cache
+    (``through_cache``) and its client counts no requests (``read_requests``).
+    """
+
+    kind: Kind = "remote"
+    reads_blobs = False
 
     def __init__(self, connection: Connection, version: int) -> None:
         self.connection = connection
@@ -277,6 +290,22 @@ class RemoteSnapshot:
     def tags(self) -> Any:
         """The table's tags on the server (``list``, ``create``, ``delete``)."""
         return self.table.tags
+
+    def read_blobs(self, column: str, *, indices: Any, preserve_order: bool) -> Any:
+        """Never called: ``reads_blobs`` is False (``read/blobs.py`` refuses the column first)."""
+        raise TypeError(f"blob column {column!r} of {self.uri!r} is not read through a LanceDB server")
+
+    def take_blobs(self, column: str, *, indices: Any, buffer_size: int | None = None) -> Any:
+        """Never called: ``reads_blobs`` is False."""
+        return self.read_blobs(column, indices=indices, preserve_order=True)
+
+    def through_cache(self, settings: CacheSettings | None, counters: Counters) -> RemoteSnapshot:
+        """Itself: the server reads the storage, there are no files to keep."""
+        return self
+
+    def read_requests(self) -> None:
+        """Not counted: lancedb's client counts no requests."""
+        return None
 
     def fragment_ids(self, fragment_id: int) -> np.ndarray:
         """The row ids of virtual fragment ``fragment_id``'s offsets, in offset order: one narrow query.

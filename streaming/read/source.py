@@ -1,8 +1,9 @@
 """Lance reads: fragment metadata, filter indexes, rows by fragment and offset.
 
-Opening tables and snapshots lives in ``read/handles.py`` and version tags in
-``read/tags.py``; their names are importable from here too, so the rest of the
-package asks this module what it asks of Lance.
+Each function reads a ``Table`` (``read/table.py``), whatever its kind (a
+``lance.LanceDataset`` as it is, too). Opening tables and snapshots lives in
+``read/opening.py`` and version tags in ``read/tags.py``; their names are importable
+from here too, so the rest of the package asks this module what it asks of a table.
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ import numpy as np
 import pyarrow as pa
 
 from ..core.profiles import PROFILES
-from .handles import (
+from .opening import (
     Snapshot,
     check_fork_safety,
     handle_options,
+    latest_version,
     mark_used,
     open_snapshot,
     open_table,
     table_uri,
 )
-from .tags import latest_version, protect, release, tag_name
+from .table import Table
+from .tags import protect, release, tag_name
 
 __all__ = [
     "FilterIndex",
@@ -59,7 +62,7 @@ _CHECK_ABOVE = 4 << 10
 """Bytes per row above which a data-file estimate for some of the columns is checked by a read."""
 
 
-def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
+def row_bytes(dataset: Table, columns: Sequence[str] | None) -> float | None:
     """Bytes a row of ``columns`` (``None``: every column) takes; ``None`` when unknown.
 
     Exact when every column has a fixed width. Otherwise the data files' sizes over
@@ -82,7 +85,7 @@ def row_bytes(dataset: Any, columns: Sequence[str] | None) -> float | None:
     return _first_rows_bytes(dataset, names) or estimate
 
 
-def _file_bytes_per_row(dataset: Any) -> float | None:
+def _file_bytes_per_row(dataset: Table) -> float | None:
     """The data files' bytes over their rows, from metadata; ``None`` when a size is unknown."""
     total_bytes = total_rows = 0
     for fragment in dataset.get_fragments():
@@ -94,7 +97,7 @@ def _file_bytes_per_row(dataset: Any) -> float | None:
     return total_bytes / total_rows if total_rows else None
 
 
-def _first_rows_bytes(dataset: Any, names: Sequence[str]) -> float | None:
+def _first_rows_bytes(dataset: Table, names: Sequence[str]) -> float | None:
     """Mean bytes of the first rows of ``names`` as read (``None`` for an empty table)."""
     table = dataset.to_table(columns=list(names), limit=_SAMPLE_ROWS)
     return table.nbytes / table.num_rows if table.num_rows else None
@@ -113,12 +116,12 @@ def _fixed_width(type_: pa.DataType) -> int | None:
     return max(1, bits * count // 8)
 
 
-def column_names(dataset: Any) -> list[str]:
+def column_names(dataset: Table) -> list[str]:
     """Every column of the snapshot, in schema order."""
     return list(dataset.schema.names)
 
 
-def is_integer_list(dataset: Any, column: str) -> bool:
+def is_integer_list(dataset: Table, column: str) -> bool:
     """True when ``column`` holds lists of integers (token ids): variable or fixed size."""
     import pyarrow as pa
 
@@ -127,7 +130,7 @@ def is_integer_list(dataset: Any, column: str) -> bool:
     return lists and pa.types.is_integer(kind.value_type)
 
 
-def list_lengths(dataset: Any, column: str, *, limit: int, filter: str | None) -> np.ndarray:  # noqa: A002
+def list_lengths(dataset: Table, column: str, *, limit: int, filter: str | None) -> np.ndarray:  # noqa: A002
     """Lengths of the first ``limit`` lists of ``column`` (matching ``filter``), in storage order."""
     import pyarrow.compute as pc
 
@@ -136,7 +139,7 @@ def list_lengths(dataset: Any, column: str, *, limit: int, filter: str | None) -
     return np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def fragment_rows(dataset: Any) -> tuple[list[int], list[int]]:
+def fragment_rows(dataset: Table) -> tuple[list[int], list[int]]:
     """Fragment ids in storage order and their live row counts, from metadata only."""
     ids, rows = [], []
     for fragment in dataset.get_fragments():
@@ -188,7 +191,7 @@ def _map_filter_index(folder: str) -> FilterIndex:
     return index
 
 
-def build_filter_index(dataset: Any, predicate: str) -> FilterIndex:
+def build_filter_index(dataset: Table, predicate: str) -> FilterIndex:
     """Find the live offsets of every row matching ``predicate`` with one scan."""
     mark_used()
     try:
@@ -222,7 +225,7 @@ def _live_physical(fragment: Any) -> np.ndarray:
 
 
 def read_rows(
-    dataset: Any,
+    dataset: Table,
     pieces: Sequence[tuple[int, np.ndarray]],
     *,
     columns: Sequence[str],

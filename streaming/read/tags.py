@@ -1,30 +1,20 @@
 """Lance tags that keep a snapshot's version through ``cleanup_old_versions``.
 
 A dataset built with ``tag_snapshot=True`` tags the version it reads
-(``protect``) and removes the tag when asked (``release``); ``latest_version``
-answers what ``follow_latest`` moves to.
+(``protect``) and removes the tag when asked (``release``), through the ``tags``
+of the snapshot's ``Table``, whatever its kind.
 """
 
 from __future__ import annotations
 
-from .handles import Snapshot, mark_used, open_dataset, open_snapshot
+from .opening import Snapshot, open_snapshot
 
-__all__ = ["latest_version", "protect", "release", "tag_name"]
+__all__ = ["protect", "release", "tag_name"]
 
 
 def tag_name(version: int) -> str:
     """The Lance tag that protects ``version`` from cleanup."""
     return f"lance-streaming-v{version}"
-
-
-def latest_version(snapshot: Snapshot) -> int:
-    """The newest version of the snapshot's table now."""
-    if snapshot.remote is not None:
-        return snapshot.remote.latest()
-    if snapshot.connection_factory is not None and snapshot.table_name is not None:
-        mark_used()
-        return int(snapshot.connection_factory(snapshot.table_name).to_lance().version)
-    return int(open_dataset(snapshot.uri, None, snapshot.storage_options).version)
 
 
 def protect(snapshot: Snapshot) -> str:

@@ -22,6 +22,7 @@ from .blobs import BlobRead
 from .iterate import iterate_cycles
 from .packing import Packing, iterate_blocks, packing_for
 from .reader import WindowSource
+from .table import Table
 
 __all__ = ["TableView", "open_view", "plan_settings"]
 
@@ -140,7 +141,7 @@ class TableView:
         return iterate_cycles(windows, splits, cursor, io_threads=threads)
 
 
-def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
+def _columns(handle: Table, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
     available = source.column_names(handle)
     if wanted is None:
         return tuple(available)
@@ -158,7 +159,7 @@ def _columns(handle: Any, wanted: tuple[str, ...] | None) -> tuple[str, ...]:
 
 def open_view(
     snapshot: source.Snapshot,
-    handle: Any,
+    handle: Table,
     options: Options,
     *,
     epoch: int,

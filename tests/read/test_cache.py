@@ -1,4 +1,4 @@
-"""The local cache of remote tables (``cache_dir=``), against moto's S3 server in a process
+"""The local cache of tables on object storage (``cache_dir=``), against moto's S3 server in a process
 of its own behind the benchmarks' relay, which logs every request it passes on.
 
 A fill is one GET of a whole data or deletion file with the user agent

@@ -1,9 +1,15 @@
-"""Snapshots and this process's Lance handles: opening a table, pinning a version.
+"""Opening tables: the one place that tells the kinds of table apart.
 
-Lance handles never travel between processes. A ``Snapshot`` (URI, version,
-storage options) does, and every process opens its own handle from it, once
-(the few most recent are kept). A process forked from one that used Lance
-refuses to use it (``check_fork_safety``).
+``open_table`` turns what the user passed (a LanceDB table, embedded or on a
+LanceDB server, a ``lance.LanceDataset`` or a URI) into a ``Snapshot`` and this
+process's ``Table`` (``read/table.py``): a ``LanceTable`` for a Lance table on local
+disk or in a bucket, a ``RemoteSnapshot`` for a table of a LanceDB server. Nothing
+else asks which kind a table is: the ``Table`` answers.
+
+Open tables never travel between processes. A ``Snapshot`` (URI, version, storage
+options, or the server's connection) does, and every process opens its own
+``Table`` from it (``open_snapshot``), once (the few most recent are kept). A
+process forked from one that used Lance refuses to use it (``check_fork_safety``).
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ from typing import Any
 
 from ..errors import SnapshotGoneError
 from . import remote
+from .lancetable import LanceTable, handle_options
+from .table import Table
 
 __all__ = [
     "Snapshot",
     "check_fork_safety",
     "handle_options",
+    "latest_version",
     "mark_used",
     "open_dataset",
     "open_snapshot",
@@ -28,8 +37,8 @@ __all__ = [
     "table_uri",
 ]
 
-_MAX_HANDLES = 8
-_HANDLES: dict[tuple[str, int, int], Any] = {}
+_MAX_TABLES = 8
+_TABLES: dict[tuple[str, int, int], Table] = {}
 _lance_used_in_pid: int | None = None
 
 
@@ -47,7 +56,9 @@ class Snapshot:
     table_name: str | None = field(default=None, compare=False)
     connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
     remote: remote.Connection | None = field(default=None, repr=False, compare=False)
-    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table."""
+    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table.
+
+    The one mark of a snapshot's kind: ``open_snapshot`` and ``latest_version`` read it."""
 
     def at_version(self, version: int) -> Snapshot:
         """The same table at another version."""
@@ -81,7 +92,7 @@ def mark_used() -> None:
 
 
 def open_dataset(uri: str, version: int | None, storage_options: Mapping[str, str] | None) -> Any:
-    """A new handle to ``uri`` at ``version`` (the latest when None).
+    """A new ``lance.LanceDataset`` of ``uri`` at ``version`` (the latest when None).
 
     Raises:
         SnapshotGoneError: ``version`` no longer exists.
@@ -140,12 +151,12 @@ def open_table(
     version: int | None,
     storage_options: Mapping[str, str] | None,
     connection_factory: Callable[[str], Any] | None = None,
-) -> tuple[Snapshot, Any]:
+) -> tuple[Snapshot, Table]:
     """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
 
-    Returns the snapshot (pinned to ``version``, default the latest now) and an open
-    handle to it for this process. Without ``storage_options`` the snapshot takes
-    those the handle was opened with (``handle_options``). A table on a LanceDB
+    Returns the snapshot (pinned to ``version``, default the latest now) and this
+    process's ``Table`` of it. Without ``storage_options`` the snapshot takes those
+    the Lance handle was opened with (``handle_options``). A table on a LanceDB
     server (``read/remote.py``) is pinned by its version on the server.
     """
     mark_used()
@@ -159,9 +170,10 @@ def open_table(
         storage_options = handle_options(dataset)
     snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
     if int(dataset.version) != pinned:
-        dataset = open_snapshot(snapshot)
-    _remember(_key(snapshot), dataset)
-    return snapshot, dataset
+        return snapshot, open_snapshot(snapshot)
+    table = LanceTable(dataset, storage_options=storage_options)
+    _remember(_key(snapshot), table)
+    return snapshot, table
 
 
 def _open_remote(
@@ -170,17 +182,17 @@ def _open_remote(
     version: int | None,
     options: Mapping[str, str] | None,
     factory: Callable[[str], Any] | None,
-) -> tuple[Snapshot, Any]:
+) -> tuple[Snapshot, Table]:
     """``open_table`` for a table on a LanceDB server, pinned by its version there."""
     if options:
         raise ValueError(
             "storage_options= does not apply to a remote LanceDB table (its server reads the storage); "
             "leave it out: the table's connection settings reach every process by themselves"
         )
-    connection, handle = remote.open_remote(table, version=version, factory=factory)
-    snapshot = Snapshot(connection.uri, handle.version, table_name=connection.name, remote=connection)
-    _remember(_key(snapshot), handle)
-    return snapshot, handle
+    connection, opened = remote.open_remote(table, version=version, factory=factory)
+    snapshot = Snapshot(connection.uri, opened.version, table_name=connection.name, remote=connection)
+    _remember(_key(snapshot), opened)
+    return snapshot, opened
 
 
 def _as_dataset(table: Any, *, storage_options: Mapping[str, str] | None) -> Any:
@@ -201,10 +213,6 @@ def _as_dataset(table: Any, *, storage_options: Mapping[str, str] | None) -> Any
     )
 
 
-_LANCE_SET = ("user_agent",)
-"""Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
-
-
 def table_uri(table: Any) -> str:
     """The URI of a LanceDB table, a ``lance.LanceDataset`` or a URI, without opening anything."""
     if remote.is_remote(table):
@@ -215,51 +223,52 @@ def table_uri(table: Any) -> str:
     return os.fspath(table) if isinstance(table, (str, os.PathLike)) else ""
 
 
-def handle_options(dataset: Any) -> dict[str, str] | None:
-    """The storage options (credentials) a ``lance.LanceDataset`` was opened with.
-
-    A LanceDB connection's ``storage_options`` reach the datasets it opens, so a
-    table handle carries them too; every other process of the job then reopens the
-    snapshot with them, without the user passing them again.
-    """
-    options = getattr(dataset, "initial_storage_options", None)
-    if not options:
-        return None
-    chosen = {key: value for key, value in dict(options).items() if key not in _LANCE_SET}
-    return chosen or None
-
-
 def _key(snapshot: Snapshot) -> tuple[str, int, int]:
     return (snapshot.uri, snapshot.version, os.getpid())
 
 
-def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Any:
-    """This process's handle to ``snapshot``, opened on first use.
+def open_snapshot(snapshot: Snapshot, *, fresh: bool = False) -> Table:
+    """This process's ``Table`` of ``snapshot``, opened on first use.
 
-    With ``fresh`` the handle is reopened, which proves the version still exists.
+    With ``fresh`` it is reopened, which proves the version still exists.
 
     Raises:
         SnapshotGoneError: the version no longer exists.
     """
     key = _key(snapshot)
-    handle = None if fresh else _HANDLES.get(key)
-    if handle is None:
-        if snapshot.remote is not None:
-            mark_used()
-            handle = remote.RemoteSnapshot(snapshot.remote, snapshot.version)
-        elif snapshot.connection_factory is not None and snapshot.table_name is not None:
-            mark_used()
-            latest = snapshot.connection_factory(snapshot.table_name).to_lance()
-            handle = open_dataset(str(latest.uri), snapshot.version, snapshot.storage_options)
-        else:
-            handle = open_dataset(snapshot.uri, snapshot.version, snapshot.storage_options)
-        _remember(key, handle)
-    return handle
+    table = None if fresh else _TABLES.get(key)
+    if table is None:
+        table = _open(snapshot)
+        _remember(key, table)
+    return table
 
 
-def _remember(key: tuple[str, int, int], handle: Any) -> None:
-    """Cache a handle, keeping only the most recent few per process."""
-    _HANDLES.pop(key, None)
-    _HANDLES[key] = handle
-    while len(_HANDLES) > _MAX_HANDLES:
-        del _HANDLES[next(iter(_HANDLES))]
+def _open(snapshot: Snapshot) -> Table:
+    """A new ``Table`` of ``snapshot``: of the kind it was opened as by ``open_table``."""
+    if snapshot.remote is not None:
+        mark_used()
+        return remote.RemoteSnapshot(snapshot.remote, snapshot.version)
+    options = snapshot.storage_options
+    if snapshot.connection_factory is not None and snapshot.table_name is not None:
+        mark_used()
+        latest = snapshot.connection_factory(snapshot.table_name).to_lance()
+        return LanceTable(open_dataset(str(latest.uri), snapshot.version, options), storage_options=options)
+    return LanceTable(open_dataset(snapshot.uri, snapshot.version, options), storage_options=options)
+
+
+def latest_version(snapshot: Snapshot) -> int:
+    """The newest version of the snapshot's table now."""
+    if snapshot.remote is not None:
+        return snapshot.remote.latest()
+    if snapshot.connection_factory is not None and snapshot.table_name is not None:
+        mark_used()
+        return int(snapshot.connection_factory(snapshot.table_name).to_lance().version)
+    return int(open_dataset(snapshot.uri, None, snapshot.storage_options).version)
+
+
+def _remember(key: tuple[str, int, int], table: Table) -> None:
+    """Keep an open table, only the most recent few per process."""
+    _TABLES.pop(key, None)
+    _TABLES[key] = table
+    while len(_TABLES) > _MAX_TABLES:
+        del _TABLES[next(iter(_TABLES))]

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from . import source
+from ..read import source
+from ..read.table import Table
 
 __all__ = ["check_same_plan", "shares_plan", "shared_filter_index"]
 
@@ -38,7 +39,7 @@ def _gather(value: Any) -> list[Any]:
     return values
 
 
-def shared_filter_index(snapshot: source.Snapshot, handle: Any, predicate: str) -> source.FilterIndex:
+def shared_filter_index(snapshot: source.Snapshot, handle: Table, predicate: str) -> source.FilterIndex:
     """Rank 0's filter index of ``snapshot``, on every rank; one scan for the job.
 
     Raises (on every rank alike):
