@@ -12,19 +12,24 @@ import functools
 import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import multiprocessing.spawn
 import multiprocessing.synchronize
 import multiprocessing.util
+import sys
 import weakref
 from collections.abc import Callable, Iterable
+from types import CodeType, FrameType
 from typing import Any
 
 __all__ = [
+    "caller_frame",
     "delivering_workers",
     "forget_queue_names",
     "forget_semaphore_names",
     "forkserver_preload",
     "guard_done_event",
     "hold_index_queues",
+    "inheriting",
     "intercept_receive",
     "pickling_for_child_process",
     "pin_memory",
@@ -33,6 +38,7 @@ __all__ = [
     "sender",
     "shared_memory_fd",
     "shutdown_workers",
+    "spawn_main_code",
     "worker_processes",
 ]
 
@@ -140,6 +146,27 @@ def pickling_for_child_process() -> bool:
     a process object to start a child (spawn, forkserver), as its own ``Lock`` checks;
     False for ``pickle.dumps`` or ``copy.deepcopy`` by the user."""
     return multiprocessing.context.get_spawning_popen() is not None  # type: ignore[attr-defined]
+
+
+def caller_frame(depth: int = 1) -> FrameType:
+    """``sys._getframe``: the frame ``depth`` calls above the function that calls this
+    (1: its caller), to find who called us without building a traceback
+    (``inspect.stack()`` reads every frame's source lines). Raises ``ValueError`` when
+    the stack is not that deep, as ``sys._getframe`` does."""
+    return sys._getframe(depth + 1)
+
+
+def inheriting() -> bool:
+    """``multiprocessing.current_process()._inheriting``: True while a spawned (or
+    fork-server) child unpickles what its parent sent it, before the target runs."""
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def spawn_main_code() -> CodeType:
+    """``multiprocessing.spawn._main``'s code: the function a spawned (or fork-server)
+    child unpickles what it was sent in, and runs its target from; a frame of it in a
+    traceback tells that the child's own start raised."""
+    return multiprocessing.spawn._main.__code__  # type: ignore[attr-defined]
 
 
 def shared_memory_fd(memory: Any) -> int:

@@ -44,7 +44,7 @@ import pyarrow as pa
 
 from benchmarks.harness import sections
 from benchmarks.harness.machine import load_average, machine_facts
-from benchmarks.harness.measure import Caps, time_items, tree_rss_kib
+from benchmarks.harness.measure import Caps, time_items, tree_pids, tree_rss_kib
 from benchmarks.harness.process import run_json
 
 BATCH = 32
@@ -200,14 +200,9 @@ class Peaks:
         self._thread.start()
 
     def _sample(self) -> None:
-        from benchmarks.harness.measure import _children
-
         self.tree_kib = max(self.tree_kib, tree_rss_kib())
-        todo = [os.getpid()]
-        while todo:
-            pid = todo.pop()
+        for pid in tree_pids():
             self.high[pid] = max(self.high.get(pid, 0), _high_water_kib(pid))
-            todo += _children(pid)
 
     def _run(self) -> None:
         while not self._stop.is_set():

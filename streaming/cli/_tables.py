@@ -17,49 +17,13 @@ import argparse
 import os
 from typing import Any
 
-from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
+from ..core import keywords
 from ._common import KEY_VARIABLE, storage_options
 
 __all__ = ["DATASET_DEFAULTS", "engine", "open_table"]
 
-DATASET_DEFAULTS: dict[str, Any] = {
-    "num_splits": None,
-    "shuffle": True,
-    "shuffle_seed": 0,
-    "epoch": 0,
-    "rank": None,
-    "world_size": None,
-    "read_batch_size": DEFAULT_READ_BATCH_SIZE,
-    "io_queue_depth": DEFAULT_IO_QUEUE_DEPTH,
-    "prefetch_batches": None,
-    "columns": None,
-    "shuffle_clump_size": None,
-    "filter": None,
-    "transform": None,
-    "transform_parallelism": None,
-    "transform_queue_depth": None,
-    "pack_sequences": None,
-    "eos_id": None,
-    "pad_id": None,
-    "blocks_per_epoch": None,
-    "on_transform_error": "raise",
-    "connection_factory": None,
-    "worker_info_override": None,
-    "version": None,
-    "storage_options": None,
-    "block_rows": None,
-    "shuffle_buffer_size": None,
-    "storage_profile": "auto",
-    "tag_snapshot": False,
-    "evaluation": False,
-    "endless": False,
-    "transform_rng": False,
-    "follow_latest": False,
-    "cache_dir": None,
-    "cache_limit": None,
-    "blobs": "bytes",
-}
-"""``StreamingDataset``'s keywords and defaults (``tests/cli/test_start_up.py`` compares)."""
+DATASET_DEFAULTS: dict[str, Any] = keywords.DEFAULTS
+"""``StreamingDataset``'s keywords and defaults, as ``core/keywords.py`` declares them."""
 
 
 def open_table(uri: str, args: argparse.Namespace) -> Any:

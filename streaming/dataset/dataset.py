@@ -8,6 +8,7 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from ..core import keywords
 from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
 from ..state.merge import merge_states
 from . import host
@@ -210,46 +211,7 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
         cache_limit: int | str | None = None,
         blobs: str = "bytes",
     ) -> None:
-        self._engine = build_engine(
-            table,
-            {
-                "num_splits": num_splits,
-                "shuffle": shuffle,
-                "shuffle_seed": shuffle_seed,
-                "epoch": epoch,
-                "rank": rank,
-                "world_size": world_size,
-                "read_batch_size": read_batch_size,
-                "io_queue_depth": io_queue_depth,
-                "prefetch_batches": prefetch_batches,
-                "columns": columns,
-                "shuffle_clump_size": shuffle_clump_size,
-                "filter": filter,
-                "transform": transform,
-                "transform_parallelism": transform_parallelism,
-                "transform_queue_depth": transform_queue_depth,
-                "pack_sequences": pack_sequences,
-                "eos_id": eos_id,
-                "pad_id": pad_id,
-                "blocks_per_epoch": blocks_per_epoch,
-                "on_transform_error": on_transform_error,
-                "connection_factory": connection_factory,
-                "worker_info_override": worker_info_override,
-                "version": version,
-                "storage_options": storage_options,
-                "block_rows": block_rows,
-                "shuffle_buffer_size": shuffle_buffer_size,
-                "storage_profile": storage_profile,
-                "tag_snapshot": tag_snapshot,
-                "evaluation": evaluation,
-                "endless": endless,
-                "transform_rng": transform_rng,
-                "follow_latest": follow_latest,
-                "cache_dir": cache_dir,
-                "cache_limit": cache_limit,
-                "blobs": blobs,
-            },
-        )
+        self._engine = build_engine(table, keywords.given(locals()))  # core/keywords.py declares them
         host.attach(self, self._engine)
 
     def __repr__(self) -> str:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing.spawn
 import multiprocessing.util
 import os
 import sys
 import threading
-from types import TracebackType
+from types import FrameType, TracebackType
+
+from .. import _compat
 
 __all__ = ["end_like_forked_children", "quiet_abandoned_starts", "trainer_alive", "watch_trainer"]
 
@@ -111,7 +112,7 @@ def _abandoned_start(kind: type[BaseException], trace: TracebackType | None) -> 
     while trace is not None:
         frames.append(trace.tb_frame.f_code)
         trace = trace.tb_next
-    if multiprocessing.spawn._main.__code__ not in frames:
+    if _compat.spawn_main_code() not in frames:
         return False
     if issubclass(kind, KeyboardInterrupt):
         return True
@@ -130,14 +131,14 @@ def _quiet_hook(previous: object) -> object:
 def _starting_workers() -> bool:
     """True in a process that starts workers: a fork server importing its preloaded modules,
     or a spawned (or fork-server) child still unpickling what it was sent."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
+    if _compat.inheriting():
         return True
     serve = getattr(sys.modules.get("multiprocessing.forkserver"), "main", None)
-    frame = sys._getframe(1)
+    frame: FrameType | None = _compat.caller_frame()
     while frame is not None:
         if serve is not None and frame.f_code is serve.__code__:
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
 
 

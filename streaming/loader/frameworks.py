@@ -22,7 +22,9 @@ Pure Python: no torch, no Lance.
 
 from __future__ import annotations
 
-import sys
+from types import FrameType
+
+from .. import _compat
 
 __all__ = ["ACCELERATE_FLAGS", "EPOCH_COUNTING_FRAMEWORKS", "counts_epochs"]
 
@@ -46,12 +48,12 @@ _DEPTH = 12  # frames searched for the first caller outside this package
 
 def counts_epochs() -> bool:
     """True when the first caller outside this package is an epoch-counting framework."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = _compat.caller_frame()
     for _ in range(_DEPTH):
         if frame is None:
             return False
         package = str(frame.f_globals.get("__name__", "")).split(".")[0]
         if package != _OWN:
             return package in EPOCH_COUNTING_FRAMEWORKS
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False

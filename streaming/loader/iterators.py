@@ -37,7 +37,9 @@ class BatchIterator(Guarded):
     It takes its position and starts its workers at its first ``next()`` (``_first``),
     is busy while a ``next()`` runs, hands each drawn batch over through
     ``_delivered`` (where the position moves), and on its end closes the dataset's
-    own iterator it wraps (``num_workers=0``) and stops its workers.
+    own iterator it wraps (``num_workers=0``) and stops its workers. A subclass
+    says what its batches are gathered from (``_shares_of``) and which worker
+    gauges go idle with the workers (``_reports``).
     """
 
     def __init__(self, loader: IteratingLoader, launch: Launch) -> None:
@@ -45,6 +47,8 @@ class BatchIterator(Guarded):
         self._loader, self._launch = loader, launch
         self._busy = False
         self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self._channel: transfer.Channel | None = None
+        self._shares: Shares | PlainBatches | None = None
         self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -64,8 +68,32 @@ class BatchIterator(Guarded):
         return self._delivered(drawn)
 
     def _first(self) -> None:
-        """Begin at the first ``next()``."""
-        raise NotImplementedError
+        """Begin at the first ``next()``: take the committed position, start the batches."""
+        self._launch.begin(stacklevel=6)
+        self._begin()
+
+    def _begin(self) -> None:
+        """Start the current epoch's batches (its worker processes, with workers)."""
+        self._batches, self._channel, self.inner = self._launch.start(self)
+        self._shares = self._shares_of(self._batches)
+        # unmaps the workers' shared memory however this iterator ends, even unclosed
+        self._finalizer = weakref.finalize(
+            self,
+            release,
+            self._batches,
+            self._channel,
+            num_workers=self._loader.num_workers,
+            reports=self._reports(),
+            keep=self._loader.persistent_workers,
+        )
+
+    def _shares_of(self, batches: Iterator[Any]) -> Shares | PlainBatches:
+        """What ``_draw`` gathers the batches of ``batches`` from (``Launch.shares``)."""
+        return self._launch.shares(batches)
+
+    def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
+        """The workers' last reports, whose gauges are zeroed when they stop (none here)."""
+        return {}
 
     def _draw(self) -> Any:
         """The next item of the DataLoader's batches."""
@@ -88,27 +116,9 @@ class Committing(BatchIterator):
     def __init__(self, loader: IteratingLoader, launch: Launch, dataset: DatasetHost) -> None:
         super().__init__(loader, launch)
         self._dataset = dataset
-        self._channel: transfer.Channel | None = None
-        self._shares: Shares | PlainBatches | None = None
 
-    def _first(self) -> None:
-        self._launch.begin(stacklevel=6)
-        self._begin()
-
-    def _begin(self) -> None:
-        """Start the current epoch's batches (its worker processes, with workers)."""
-        self._batches, self._channel, self.inner = self._launch.start(self)
-        self._shares = self._launch.shares(self._batches)
-        # unmaps the workers' shared memory however this iterator ends, even unclosed
-        self._finalizer = weakref.finalize(
-            self,
-            release,
-            self._batches,
-            self._channel,
-            num_workers=self._loader.num_workers,
-            reports=self._dataset.worker_counters,
-            keep=self._loader.persistent_workers,
-        )
+    def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
+        return self._dataset.worker_counters
 
     def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
         items, batch = drawn

@@ -16,14 +16,7 @@ from ..dataset.host import DatasetHost, LoaderHost
 from . import frameworks
 from .iterators import Committing
 from .launch import Launch
-from .settings import (
-    EpochSampler,
-    check_len_counts,
-    check_options,
-    check_picklable,
-    checked_numbers,
-    start_method,
-)
+from .settings import EpochSampler, check_picklable, checked_keywords, start_method
 from .shares import Gathering, single
 from .worker import ReportingCollate, WorkerInit
 
@@ -152,67 +145,71 @@ class StreamingDataLoader(DataLoader[Any]):
         len_counts: str = "auto",
     ) -> None:
         dataset = self._accept(dataset)
-        given = {
-            "batch_size": batch_size,
-            "num_workers": num_workers,
-            "prefetch_factor": prefetch_factor,
-            "timeout": timeout,
-        }
-        checked = checked_numbers(given)
-        batch_size, num_workers = checked["batch_size"], checked["num_workers"]
-        prefetch_factor, timeout = checked["prefetch_factor"], checked["timeout"]
-        check_options(in_order=in_order, batch_size=batch_size, drop_last=drop_last)
-        check_len_counts(len_counts)
+        given = checked_keywords(locals())  # DataLoader's keywords, checked; len_counts too
+        batch_size, num_workers = given["batch_size"], given["num_workers"]
         columnar = self._columnar_for(
             dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
         )
         chosen_here = num_workers > 0 and multiprocessing_context is None
         if num_workers > 0:
-            multiprocessing_context = start_method(multiprocessing_context)
+            given["multiprocessing_context"] = start_method(multiprocessing_context)
         self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
-        default = default_collate if batch_size is not None or batch_sampler is not None else default_convert
+        collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
+        torch_keywords: dict[str, Any] = {
+            **given,
+            "batch_size": None,  # each item is one process's share of a batch (``Slice``)
+            "collate_fn": collate,
+            "drop_last": False,
+            "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
+        }
+        super().__init__(dataset, **torch_keywords)
+        self._settle(dataset, given, collate=collate, finish=finish, columnar=columnar, here=chosen_here)
+        self._len_counts = len_counts
+
+    def _collation(
+        self, collate_fn: Callable[[Any], Any] | None, *, given: dict[str, Any], columnar: bool
+    ) -> tuple[Any, Callable[[Any], Any] | None]:
+        """The DataLoader's ``collate_fn`` (each worker's share, with its report) and what
+        the trainer finishes a whole batch with (``None``: nothing)."""
+        batched = given["batch_size"] is not None or given["batch_sampler"] is not None
+        default = default_collate if batched else default_convert
         collate = self._collate_for(collate_fn or default, given=collate_fn, columnar=columnar)
         # the trainer collates when the user's function (or batch_size=None) needs the whole batch
         finish = collate_fn if collate_fn not in (None, default_collate) else None
-        if batch_size is None and batch_sampler is None:
+        if not batched:
             finish = single(collate_fn or default_convert)
         collate.raw = finish is not None
-        super().__init__(
-            dataset,
-            batch_size=None,  # each item is one process's share of a batch (``Slice``)
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            num_workers=num_workers,
-            collate_fn=collate,
-            pin_memory=pin_memory,
-            drop_last=False,
-            timeout=timeout,
-            worker_init_fn=WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
-            generator=generator,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-        )
+        return collate, finish
+
+    def _settle(
+        self,
+        dataset: Any,
+        given: dict[str, Any],
+        *,
+        collate: Any,
+        finish: Callable[[Any], Any] | None,
+        columnar: bool,
+        here: bool,
+    ) -> None:
+        """After DataLoader's ``__init__``: the user's ``batch_size`` and ``drop_last``, the
+        epoch sampler, the engine, and the launch that starts and gathers the batches
+        (``here``: the start method was chosen by the loader, not the user)."""
         object.__setattr__(self, "sampler", EpochSampler(dataset))
-        object.__setattr__(self, "batch_size", batch_size)  # what the user asked for
-        object.__setattr__(self, "drop_last", drop_last)  # kept by the loader's iterator
+        object.__setattr__(self, "batch_size", given["batch_size"])  # what the user asked for
+        object.__setattr__(self, "drop_last", given["drop_last"])  # kept by the loader's iterator
         gathering = Gathering(
-            batch_size=batch_size or 1,
-            drop_last=drop_last,
+            batch_size=given["batch_size"] or 1,
+            drop_last=given["drop_last"],
             finish=finish,
-            pin=pin_memory and torch.cuda.is_available(),
-            pin_device=pin_memory_device or None,
+            pin=given["pin_memory"] and torch.cuda.is_available(),
+            pin_device=given["pin_memory_device"] or None,
         )
         self._streaming = dataset  # the facade (or a registered kind's: a mixture)
         self._host: LoaderHost = self._engine_for(dataset)
         self._launch = Launch(
-            self, self._host, collate=collate, gathering=gathering, columnar=columnar, chosen_here=chosen_here
+            self, self._host, collate=collate, gathering=gathering, columnar=columnar, chosen_here=here
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
-        self._len_counts = len_counts
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
 

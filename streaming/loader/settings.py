@@ -11,7 +11,7 @@ import multiprocessing
 import numbers
 import operator
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import Sampler
@@ -19,18 +19,40 @@ from torch.utils.data import Sampler
 from ..dataset.host import LoaderHost
 
 __all__ = [
+    "DATALOADER_KEYWORDS",
     "LEN_COUNTS",
     "SAFE_METHODS",
     "EpochSampler",
     "check_len_counts",
     "check_options",
     "check_picklable",
+    "checked_keywords",
     "checked_numbers",
     "start_method",
 ]
 
 SAFE_METHODS = ("forkserver", "spawn")
 LEN_COUNTS = ("auto", "remaining", "epoch")
+DATALOADER_KEYWORDS = (
+    "batch_size",
+    "shuffle",
+    "sampler",
+    "batch_sampler",
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+    "in_order",
+)
+"""The ``torch.utils.data.DataLoader`` keywords ``StreamingDataLoader`` takes (``dataset``
+aside) and hands on to it, changed where the loader needs to (``checked_keywords``)."""
 
 
 def start_method(context: Any) -> Any:
@@ -121,6 +143,17 @@ def check_len_counts(len_counts: str) -> None:
             f"len_counts must be one of {', '.join(map(repr, LEN_COUNTS))}, got {len_counts!r}; "
             "use 'epoch' with frameworks that count len() as the whole epoch (Lightning)"
         )
+
+
+def checked_keywords(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The DataLoader keywords of ``values`` (the loader's ``locals()``), checked: the
+    counts as plain ints and ``timeout`` as a float (``checked_numbers``), the refused
+    options (``check_options``) and ``values["len_counts"]`` (``check_len_counts``)."""
+    given = {name: values[name] for name in DATALOADER_KEYWORDS}
+    given.update(checked_numbers(given))
+    check_options(in_order=given["in_order"], batch_size=given["batch_size"], drop_last=given["drop_last"])
+    check_len_counts(values["len_counts"])
+    return given
 
 
 def check_picklable(keyword: str, function: object) -> None:

@@ -8,22 +8,18 @@ state after it is exact (no replay) on any topology.
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import default_collate
 
-from .. import _compat
 from ..core.lifecycle import Guarded
 from ..dataset import host as hosts
 from ..dataset.host import LoaderHost, MixtureHost
-from ..loader import transfer
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
 from ..loader.loader import StreamingDataLoader, serves
 from ..loader.shares import Shares
-from ..loader.worker import ReportingCollate
 from .mixture import StreamingMixture
 
 __all__ = ["MixtureLoader"]
@@ -66,11 +62,6 @@ class MixtureLoader(StreamingDataLoader):
             and batch_sampler is None
             and all(hosts.source_engine(data).options.transform is None for data in dataset.sources.values())
         )
-
-    def _collate_for(self, collate: Callable[[Any], Any], *, given: Any, columnar: bool) -> Any:
-        """Each worker's share, batched, with its read counters (the trainer counts whole steps)."""
-        del given
-        return ReportingCollate(collate, columnar=columnar)
 
     def _new_iterator(self) -> Guarded:
         return _MixtureBatches(self, self._launch, self._mixture_host)
@@ -120,18 +111,11 @@ class _MixtureBatches(BatchIterator):
         super().__init__(loader, launch)
         self._mixture = mixture
         self._workers = loader.num_workers
-        self._shares: Shares | None = None
 
-    def _first(self) -> None:
-        """Start the DataLoader's batches (its workers) at the committed position."""
-        self._launch.begin(stacklevel=6)
-        batches, channel, self.inner = self._launch.start(self)
-        self._batches = batches
-        self._shares = Shares(batches, workers=self._workers)
-        keep = self._loader.persistent_workers
-        self._finalizer = weakref.finalize(
-            self, _release, batches, channel, num_workers=self._workers, keep=keep
-        )
+    def _shares_of(self, batches: Iterator[Any]) -> Shares:
+        """Every process's shares, sorted and assembled, with workers or without (the
+        mixture's batches never take ``Launch.shares``' plain path)."""
+        return Shares(batches, workers=self._workers)
 
     def _draw(self) -> Any:
         while True:
@@ -147,14 +131,3 @@ class _MixtureBatches(BatchIterator):
                 if item.report is not None:
                     self._mixture.commit_counters(item.report)
         return batch
-
-
-def _release(batches: Any, channel: transfer.Channel | None, *, num_workers: int, keep: bool) -> None:
-    """Shut down the workers of ``batches`` (unless the loader ``keep``s them) and free
-    their shared memory."""
-    try:
-        if not keep:
-            _compat.shutdown_workers(batches)
-    finally:
-        if channel is not None:
-            transfer.release(channel, num_workers=num_workers)

@@ -9,7 +9,9 @@ Read from the source with ``ast`` (imports inside functions included, and
 - ``streaming`` is used through its public API only (``import streaming``,
   ``from streaming import NAME`` with ``NAME`` in ``streaming.__all__``, and the public
   subpackages of ``PUBLIC_SUBPACKAGES``), except the imports ``INTERNAL_ALLOWED`` lists
-  with why.
+  with why;
+- no module imports a private name or module of another (``from m import _x``): the
+  harness's public functions are what a suite uses.
 
 Each rule is also fed a made-up violation and must find it.
 """
@@ -192,7 +194,27 @@ def cycles(modules: Mapping[str, Module]) -> list[str]:
     return found
 
 
-RULES = {"downward": downward, "public-only": public_only, "acyclic": cycles}
+def private_names(modules: Mapping[str, Module]) -> list[str]:
+    """Imports of another module's private name or module (``from m import _x``,
+    ``import a._b``, ``import_module("a._b")``): use what it makes public instead."""
+    findings = []
+    for importer in modules.values():
+        for node in ast.walk(importer.tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                names = [f"{'.' * node.level}{node.module or ''}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in DYNAMIC and node.args:
+                literal = getattr(node.args[0], "value", None)
+                names = [literal] if isinstance(literal, str) else []
+            for name in names:
+                if any(part.startswith("_") and not part.startswith("__") for part in name.split(".")):
+                    findings.append(f"benchmarks/{importer.path}:{node.lineno} imports {name}")
+    return findings
+
+
+RULES = {"downward": downward, "public-only": public_only, "acyclic": cycles, "private-name": private_names}
 
 
 @pytest.mark.parametrize("rule", sorted(RULES))
@@ -211,6 +233,7 @@ def test_every_allowed_internal_import_is_still_made():
 MADE_UP = {
     "downward": {"harness/made_up.py": "from benchmarks.suites import bench\n"},
     "public-only": {"suites/made_up.py": "def f():\n    from streaming.core.plan import EpochPlan\n"},
+    "private-name": {"suites/made_up.py": "def f():\n    from benchmarks.harness.measure import _children\n"},
     "acyclic": {
         "cases/made_up_a.py": "def f():\n    from benchmarks.cases import made_up_b\n",
         "cases/made_up_b.py": "from benchmarks.cases.made_up_a import f\n",

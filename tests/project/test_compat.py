@@ -33,6 +33,51 @@ def do_nothing(probe: Probe) -> None:
     """A child process target."""
 
 
+class Inherited:
+    """Records, as a child process unpickles it, whether the child is still starting."""
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.while_unpickled = _compat.inheriting()
+
+
+def report_start(inherited: Inherited) -> None:
+    """A child process target: exit code 0 when ``inheriting`` was True while its argument
+    was unpickled and is False now, and ``spawn._main`` is on the stack that runs it."""
+    frames, frame = [], _compat.caller_frame(0)
+    while frame is not None:
+        frames.append(frame.f_code)
+        frame = frame.f_back
+    code = 0 if inherited.while_unpickled and not _compat.inheriting() else 3
+    raise SystemExit(code if _compat.spawn_main_code() in frames else 4)
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_child_is_inheriting_while_it_unpickles_and_runs_under_spawns_main(method):
+    process = multiprocessing.get_context(method).Process(target=report_start, args=(Inherited(),))
+    process.start()
+    process.join(timeout=60)
+    assert process.exitcode == 0, "3: _inheriting is no longer set while unpickling; 4: spawn._main moved"
+    assert _compat.inheriting() is False, "the trainer is no starting child"
+
+
+def called_by(depth: int) -> str:
+    return _compat.caller_frame(depth).f_code.co_name
+
+
+def test_caller_frame_is_the_frame_that_many_calls_above_its_caller():
+    def outer() -> str:
+        return called_by(2)
+
+    assert called_by(0) == "called_by"
+    assert called_by(1) == "test_caller_frame_is_the_frame_that_many_calls_above_its_caller"
+    assert outer() == "test_caller_frame_is_the_frame_that_many_calls_above_its_caller"
+    with pytest.raises(ValueError):
+        called_by(100_000)
+
+
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_pickling_for_a_child_process_is_told_apart_from_a_users_pickle(method):
     _SEEN.clear()

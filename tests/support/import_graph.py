@@ -36,22 +36,15 @@ LANCE_OUTSIDE_READ = {
 }
 """Modules, or whole wings, that import Lance or lancedb outside ``read/``, with why."""
 
-OWN = {"self", "cls", "os", "sys"}
-"""Names whose private members a module may read: its own object's, and ``os._exit``,
-``sys._getframe`` (documented)."""
+OWN = {"self", "cls", "os"}
+"""Names whose private members a module may read: its own object's, and ``os._exit``
+(documented; every other private standard-library or torch name is ``_compat.py``'s,
+``tests/project/test_private_hooks.py``)."""
 
 ACCESSORS = {"getattr", "setattr", "delattr", "hasattr"}
 DYNAMIC = {"import_module", "importlib.import_module", "__import__"}
 
 PRIVATE_MEMBERS_ALLOWED = {
-    (
-        "dataset/watchdog.py",
-        "multiprocessing.spawn._main",
-    ): "the standard library's; tells a spawned worker's own start apart",
-    (
-        "dataset/watchdog.py",
-        "multiprocessing.current_process()._inheriting",
-    ): "the standard library's; True while a spawned child unpickles what it was sent",
     ("loader/assembly.py", "first._fields"): "a namedtuple's documented field names",
     ("loader/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
     ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
