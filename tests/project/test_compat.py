@@ -54,9 +54,10 @@ def report_start(inherited: Inherited) -> None:
     raise SystemExit(code if _compat.spawn_main_code() in frames else 4)
 
 
-@pytest.mark.parametrize("method", ["spawn", "forkserver"])
-def test_a_child_is_inheriting_while_it_unpickles_and_runs_under_spawns_main(method):
-    process = multiprocessing.get_context(method).Process(target=report_start, args=(Inherited(),))
+def test_a_child_is_inheriting_while_it_unpickles_and_runs_under_spawns_main():
+    """A fork-server child (the workers' default) starts as a spawned one does, through
+    ``spawn._main``, which sets ``_inheriting`` while it unpickles."""
+    process = multiprocessing.get_context("forkserver").Process(target=report_start, args=(Inherited(),))
     process.start()
     process.join(timeout=60)
     assert process.exitcode == 0, "3: _inheriting is no longer set while unpickling; 4: spawn._main moved"
