@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -33,19 +32,13 @@ from streaming.dataset import torchrun
 import shm_watch
 from doc_examples import examples
 from helpers import ids_of, make_table, table_data
-from launching import PROCS
+from launching import PROCS, free_port
 
 RANK_SCRIPT = PROCS / "multinode_rank.py"
 RANK_LOG = PROCS / "rank_log"  # its sitecustomize.py logs what each rank trains
 ROOT = Path(__file__).parents[2]
 KEY_ID, SECRET = "AKIAMULTINODEID", "multinode-secret"
 NUM_SPLITS, BATCH, ROWS = 8, 4, 330  # 4 ranks: 20 steps of 16 samples; 2 ranks: 8 samples a step
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

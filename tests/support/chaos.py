@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from chaos_checks import (
 )
 from chaos_procs import Job, launch, session_members, shm_entries, shm_leftovers, wait_gone
 from chaos_table import FILTERS, live_count, mutate, planned, random_table
+from launching import free_port
 
 RANK = Path(__file__).parents[1] / "procs" / "chaos_rank.py"
 KILL_KINDS = ("all", "one", "group", "checkpoint")
@@ -122,9 +122,7 @@ class Trial:
         self.topologies.append(topology)
 
     def commands(self, run: int, topology: Topology, resume: Checkpoint | None) -> list[list[str]]:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()
         common = [sys.executable, str(RANK), f"--uri={self.uri}", f"--out={self.out}", f"--run={run}"]
         common += [f"--world-size={topology.world_size}", f"--port={port}", f"--workers={topology.workers}"]
         common += [f"--batch={topology.batch}", f"--splits={self.splits}", f"--seed={self.shuffle_seed}"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import select
 import signal
 import socket
@@ -85,9 +86,19 @@ def launch_script(script: Path, out: Path, world_size: int, *flags: str) -> tupl
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now on 127.0.0.1, below Linux's ephemeral range (32768 up): a port the
+    kernel hands out (``bind(0)``) can be given again, as the source port of any outgoing
+    connection, before the rank that was told it listens (a chaos run failed so, with
+    EADDRINUSE); a port outside the range is only ever taken by another listener."""
+    for _ in range(200):
+        port = 20_000 + secrets.randbelow(12_000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32000 on 127.0.0.1")
 
 
 def launch(uri: str, out: Path, world_size: int, **options) -> list[int]:
