@@ -210,9 +210,12 @@ def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> Non
 
 def test_widths_benchmark_checks_every_row_of_ours_and_lance_torch(tmp_path: Path) -> None:
     """Tiny narrow and 100 KiB rows, k=0: ours and lance.torch each deliver every row once
-    (binary and blob tables), the raw takes run, the ratios are printed; litdata and mosaic,
-    whose environments are absent here (an empty cache folder), are reported as not installed."""
+    (binary and blob tables, and the 100 KiB rows at twice the rows), the raw takes run, the
+    ratios are printed, and the peak RSS table compares the grown table's epoch with the 1x
+    table read twice (every row checked once in each epoch); litdata and mosaic, whose
+    environments are absent here (an empty cache folder), are reported as not installed."""
     args = ("--cases", "narrow,100k", "--narrow-rows", "2048", "--rows-100k", "48", "--workers", "0")
+    args += ("--grow", "2")
     args += ("--work", str(tmp_path / "rows"))
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     text, stdout = run_section(tmp_path, "widths", *args, env=env)
@@ -224,17 +227,40 @@ def test_widths_benchmark_checks_every_row_of_ours_and_lance_torch(tmp_path: Pat
         for store in ("binary", "blob")
         for name in ("ours k=0", "lance.torch k=0")
     ]
+    expected += [("100 KiB x2, binary", "ours k=0"), ("100 KiB x2, binary", "lance.torch k=0")]
     ran = [pair for pair in measured if pair[1].split()[0] in ("ours", "lance.torch", "raw")]
     assert ran == expected, measured
     once = [cells for cells in runs if len(cells) == 10 and cells[1].split()[0] in ("ours", "lance.torch")]
     assert once and all(cells[8].strip() == "yes" for cells in once), once
     assert all(float(cells[2].replace(",", "")) > 0 for cells in once), once
     ratios = [cells for cells in runs if "ours k=0 / lance.torch k=0" in cells[1]]
-    assert len(ratios) == 3 and all(cell.strip().endswith("x") for cells in ratios for cell in cells[2:]), (
+    assert len(ratios) == 4 and all(cell.strip().endswith("x") for cells in ratios for cell in cells[2:]), (
         ratios
     )
     missing = [
         line for line in text.splitlines() if "not installed (install with" in line and " / " not in line
     ]
-    assert len(missing) == 4 and not (tmp_path / "rows").exists(), missing  # litdata, mosaic x 2 widths
+    assert len(missing) == 8 and not (tmp_path / "rows").exists(), missing  # 2 peers x (3 cases, RSS)
     assert "raw Lance takes of the same 64-row blocks" in text and "## Peers by row width" in stdout
+    grown = next(line for line in text.splitlines() if line.startswith("| ours k=0 |")).split("|")[2:-1]
+    assert len(grown) == 5 and all(cell.strip() for cell in grown), grown  # 1x, read twice, 2x, ratios
+    assert "the 1x table's read 2 times, as many rows read (at most 1.2x: " in text
+
+
+def test_widths_first_batch_line_says_where_a_worker_start_goes() -> None:
+    """The k=2 first batch is judged against 3x k=0's, and the fresh interpreter's preload
+    (measured by the probe in a fresh process) is told apart from the rest."""
+    from benchmarks.cases.width_probe import PROBE_PRELOAD_SPEC
+    from benchmarks.harness import envs
+    from benchmarks.suites import widths
+
+    found = envs.run_module(envs.this_python(), widths.PROBE, PROBE_PRELOAD_SPEC, timeout=120)
+    assert found["seconds"] > 0, found
+    results = {("start-up", "preload"): {"seconds": 1.0}}
+    lines = widths.first_batch_lines({"first_s": 0.25}, [(2, {"first_s": 1.5}), (4, None)], results)
+    assert lines == [
+        "- 100 KiB rows, k=2: first batch 1.50 s, 6.0x k=0's (at most 3x: FAIL); 1.00 s of it is a "
+        "fresh interpreter importing what the fork server preloads (torch most of it), which no "
+        "fork-safe start avoids; the other 0.50 s is 2.0x k=0's first batch"
+    ]
+    assert widths.first_batch_lines({"first_s": 0.25}, [(2, {"first_s": 0.5})], {})[0].endswith("PASS)")
