@@ -11,4 +11,9 @@ fi
 # The CPU build of torch keeps installs small; the constraint file pins it for
 # development and CI while pyproject.toml keeps a range for users.
 .venv/bin/python -m pip install --quiet -c scripts/constraints.txt -e ".[test]" >&2
+# An editable install leaves our modules (and the tests' and benchmarks') uncompiled:
+# compile them once, as installing a wheel does, so that the many fresh processes of a
+# run (workers, ranks, servers) do not each compile them again where
+# PYTHONDONTWRITEBYTECODE is set.
+.venv/bin/python -m compileall -q streaming tests benchmarks >&2
 echo "$PWD/.venv/bin/python"
