@@ -51,11 +51,17 @@ class LoaderProfile:
     requests: int | None
     """Read requests to the table's storage; ``None``: not countable from this process."""
     requests_note: str
-    remote: bool
-    """The table is on object storage or a LanceDB server."""
+    kind: str
+    """Where the table is: ``"local"`` (a local disk), ``"bucket"`` (object storage) or
+    ``"remote"`` (a LanceDB server), as the package's reader tells them apart."""
     cache_dir: str | None
     plain_binary_columns: tuple[str, ...]
     """Binary columns stored inline (not blob-encoded)."""
+
+    @property
+    def remote(self) -> bool:
+        """The table is on object storage or a LanceDB server (not on a local disk)."""
+        return self.kind != "local"
 
     @property
     def rows_per_second(self) -> float:
@@ -201,7 +207,7 @@ def _stage_advice(result: LoaderProfile) -> list[str]:
             f"to the storage, so raise block_rows (say {4 * result.block_rows}) and "
             "shuffle_buffer_size with it"
         )
-    if result.remote and result.cache_dir is None and not result.table_uri.startswith("db://"):
+    if result.kind == "bucket" and result.cache_dir is None:
         found.append(
             "cache_dir: every epoch and every resume reads this table from object storage again; a "
             "cache_dir on a local disk keeps what the first epoch read (see docs/object-storage.md)"

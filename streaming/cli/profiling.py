@@ -101,7 +101,7 @@ def _found(
         worker_peak_bytes=timing.worker_peaks,
         requests=requests[0],
         requests_note=requests[1],
-        remote=_handle(dataset, settings).kind != "local",
+        kind=_handle(dataset, settings).kind,
         cache_dir=_cache_dir(settings),
         plain_binary_columns=_plain_binary(_handle(dataset, settings)),
     )
