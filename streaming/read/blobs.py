@@ -282,8 +282,6 @@ def _read_blobs(dataset: Table, column: str, indices: np.ndarray, executor: Exec
     parts = executor.map(lambda start: part(start, start + PART_ROWS), starts)
     return [value for values in parts for value in values]
 
-    return [value for values in executor.map(part, range(0, len(indices), PART_ROWS)) for value in values]
-
 
 def _bytes_column(dataset: Table, column: str, indices: np.ndarray, executor: Executor | None) -> pa.Array:
     """The blobs at ``indices`` as one ``large_binary`` array, copied once into a single
