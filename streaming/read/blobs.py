@@ -283,12 +283,17 @@ def _read_blobs(dataset: Table, column: str, indices: np.ndarray, executor: Exec
     return [value for values in parts for value in values]
 
 
-def _bytes_column(dataset: Table, column: str, indices: np.ndarray, executor: Executor | None) -> pa.Array:
-    """The blobs at ``indices`` as one ``large_binary`` array, copied once into a single
-    data buffer (a builder appending value by value would grow it again and again)."""
+def _bytes_column(
+    dataset: Table, column: str, indices: np.ndarray, executor: Executor | None
+) -> pa.Array | pa.ChunkedArray:
+    """The blobs at ``indices`` as ``large_binary``: without nulls, one chunk per blob over
+    the very bytes Lance read (no copy); else one array, copied once into a single data
+    buffer (a builder appending value by value would grow it again and again)."""
     if len(indices) == 0:
         return pa.array([], pa.large_binary())
     values = _read_blobs(dataset, column, indices, executor)
+    if None not in values:
+        return pa.chunked_array([_one(value) for value in values], pa.large_binary())
     lengths = np.fromiter((0 if v is None else len(v) for v in values), dtype=np.int64, count=len(values))
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -297,6 +302,12 @@ def _bytes_column(dataset: Table, column: str, indices: np.ndarray, executor: Ex
     data = pa.py_buffer(b"".join([v for v in values if v is not None]))
     buffers = [validity, pa.py_buffer(offsets), data]
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(values), buffers, null_count=nulls)
+
+
+def _one(value: bytes) -> pa.Array:
+    """A one-value ``large_binary`` array over ``value``'s own memory."""
+    offsets = pa.py_buffer(np.array([0, len(value)], dtype=np.int64))
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(value)])
 
 
 def _handle_column(dataset: Table, snapshot: source.Snapshot, column: str, indices: np.ndarray) -> pa.Array:
