@@ -48,6 +48,9 @@ INTERNAL_ALLOWED = {
     "which the suite does not write",
     ("suites/remote_table.py", "streaming.read.remote"): "FRAGMENT_ROWS: how the remote reader cuts a "
     "table into fragments, so the 100M-row plan is the one a reader would build",
+    ("cases/width_probe.py", "streaming.loader.launch"): "PRELOAD: what the fork server imports for "
+    "every worker; the probe times those imports in a fresh interpreter (the floor of a k>0 first "
+    "batch), which no public call isolates",
     ("suites/remote.py", "streaming.core.profiles"): "the mixing rows use the profiles' nominal "
     "block_rows and shuffle_buffer_size, which the public API only applies, never names",
 }
