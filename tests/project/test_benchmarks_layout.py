@@ -48,7 +48,7 @@ INTERNAL_ALLOWED = {
     "which the suite does not write",
     ("suites/remote_table.py", "streaming.read.remote"): "FRAGMENT_ROWS: how the remote reader cuts a "
     "table into fragments, so the 100M-row plan is the one a reader would build",
-    ("suites/remote.py", "streaming.core.profiles"): "the mixing rows use the profiles' nominal "
+    ("suites/bucket.py", "streaming.core.profiles"): "the mixing rows use the profiles' nominal "
     "block_rows and shuffle_buffer_size, which the public API only applies, never names",
 }
 """Internal ``streaming`` modules a benchmark module imports (path under benchmarks/,
