@@ -3,7 +3,7 @@
     python -m benchmarks.harness.relay --upstream 127.0.0.1:PORT [--delay-ms 25]
 
 It prints the port it listens on (127.0.0.1) and relays every request to the
-upstream server after ``--delay-ms`` milliseconds, as a remote store's round trip
+upstream server after ``--delay-ms`` milliseconds, as an object store's round trip
 would cost. It counts what went through: requests (by method), response bytes,
 the most requests in flight at once and the mean in flight while any was.
 

@@ -51,7 +51,7 @@ INTERNAL_ALLOWED = {
     ("cases/width_probe.py", "streaming.loader.launch"): "PRELOAD: what the fork server imports for "
     "every worker; the probe times those imports in a fresh interpreter (the floor of a k>0 first "
     "batch), which no public call isolates",
-    ("suites/remote.py", "streaming.core.profiles"): "the mixing rows use the profiles' nominal "
+    ("suites/bucket.py", "streaming.core.profiles"): "the mixing rows use the profiles' nominal "
     "block_rows and shuffle_buffer_size, which the public API only applies, never names",
 }
 """Internal ``streaming`` modules a benchmark module imports (path under benchmarks/,

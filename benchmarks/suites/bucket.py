@@ -1,7 +1,7 @@
 """Object storage, side by side, with a per-request delay: every contender, the frontier, mixing.
 
-    python -m benchmarks remote [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
-    python -m benchmarks remote --rows 200000 --delays 25 --contenders ours_remote ours_remote_k2 \
+    python -m benchmarks bucket [--rows 200000 1000000] [--delays 0 25] [--out docs/benchmarks.md]
+    python -m benchmarks bucket --rows 200000 --delays 25 --contenders ours_bucket ours_bucket_k2 \
         --no-frontier --no-mixing     # issue 36's object-storage lines only (a few minutes)
 
 Starts moto's S3 server and a delaying relay (``benchmarks.harness.relay``), each in a
@@ -11,12 +11,12 @@ contender over one whole pass (construction and first read included) in a fresh
 process: locally and through the relay at each delay. The relay counts requests,
 bytes and requests in flight. Then the frontier: ours at each (block_rows,
 shuffle_buffer_size) of ``--blocks`` x ``--buffers`` at the last delay, on the
-largest table. Then the local cache (the ``remote_cache`` suite: two epochs with and
-without ``cache_dir``, section ``remote-cache``) at the last delay. Mixing comes
-from ``benchmarks.cases.remote_mixing`` (local label-sorted tables). The section
-``remote`` of ``--out`` is replaced. Its targets include issue 36's lines: k=0
+largest table. Then the local cache (the ``bucket_cache`` suite: two epochs with and
+without ``cache_dir``, section ``bucket-cache``) at the last delay. Mixing comes
+from ``benchmarks.cases.bucket_mixing`` (local label-sorted tables). The section
+``bucket`` of ``--out`` is replaced. Its targets include issue 36's lines: k=0
 rows/s and first batch against the raw scan, and k=2's requests per 1,000 rows
-against k=0's (``ours_remote_k2``: the URI's defaults with two worker processes).
+against k=0's (``ours_bucket_k2``: the URI's defaults with two worker processes).
 
 The default sizes are the issue's table (200,000 rows, smaller than the remote
 profile's shuffle buffer, so one window holds all of it) and one five times as
@@ -35,17 +35,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases import remote_mixing as mixing
-from benchmarks.cases.remote_contenders import FIXED, Where, write_tables
-from benchmarks.cases.remote_report import render
+from benchmarks.cases import bucket_mixing as mixing
+from benchmarks.cases.bucket_contenders import FIXED, Where, write_tables
+from benchmarks.cases.bucket_report import render
 from benchmarks.harness import sections
 from benchmarks.harness.s3 import Store, running_store
-from benchmarks.suites import remote_cache
+from benchmarks.suites import bucket_cache
 
-MAIN = ("raw_scan", "ours_local", "ours_remote", "ours_remote_k2")
+MAIN = ("raw_scan", "ours_local", "ours_bucket", "ours_bucket_k2")
 """Contenders measured ``--repeats`` times (median); the others once."""
-SLOW_REMOTE = ("ours_local", "peer")
-"""Contenders that take minutes for a pass of a remote table: once, under ``--slow-cap``."""
+SLOW_IN_BUCKET = ("ours_local", "peer")
+"""Contenders that take minutes for a pass of a table in a bucket: once, under ``--slow-cap``."""
 
 
 @dataclass
@@ -73,7 +73,7 @@ def _probe(key: str, where: Where, cap_s: float) -> dict[str, Any]:
     command = [
         sys.executable,
         "-m",
-        "benchmarks.cases.remote_probe",
+        "benchmarks.cases.bucket_probe",
         key,
         json.dumps(asdict(where)),
         str(cap_s),
@@ -104,7 +104,7 @@ def measure(
 
 
 def _contenders(
-    args: argparse.Namespace, store: Store, rows: int, local: Where, remote: Where
+    args: argparse.Namespace, store: Store, rows: int, local: Where, bucket: Where
 ) -> list[Result]:
     """Every fixed contender on the table of ``rows`` rows: locally, then at each delay."""
     results = []
@@ -112,9 +112,9 @@ def _contenders(
         if delay is not None:
             store.set_delay(delay)
         setting = ("local" if delay is None else f"{delay:g} ms", rows)
-        where, relay = (local, None) if delay is None else (remote, store)
+        where, relay = (local, None) if delay is None else (bucket, store)
         for key in [key for key in FIXED if key in args.contenders or key == "raw_scan"]:
-            slow = key in SLOW_REMOTE and delay is not None
+            slow = key in SLOW_IN_BUCKET and delay is not None
             repeats = args.repeats if key in MAIN and not slow else 1
             cap = args.slow_cap if slow else args.peer_cap if key == "peer" else args.cap
             results.append(measure(key, setting, where, relay, repeats=repeats, cap_s=cap))
@@ -126,19 +126,19 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
     results: list[Result] = []
     tables = {}
     for rows in args.rows:
-        local, remote = tables[rows] = write_tables(folder, store, rows)
-        results += _contenders(args, store, rows, local, remote)
+        local, bucket = tables[rows] = write_tables(folder, store, rows)
+        results += _contenders(args, store, rows, local, bucket)
     cache = (
         None
         if args.no_cache
-        else remote_cache.run(
+        else bucket_cache.run(
             argparse.Namespace(delay=args.delays[-1], repeats=args.repeats), folder, store, tables
         )
     )
     setting = (f"{args.delays[-1]:g} ms", args.rows[-1])
     store.set_delay(args.delays[-1])
     frontier = [
-        measure(f"ours:{block}:{buffer}", setting, remote, store, repeats=1, cap_s=args.cap)
+        measure(f"ours:{block}:{buffer}", setting, bucket, store, repeats=1, cap_s=args.cap)
         for block in ([] if args.no_frontier else args.blocks)
         for buffer in args.buffers
     ]
@@ -156,7 +156,7 @@ def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, 
     found = {
         "raw_scan": mixing.ratios(mixing.scan_labels, tables, splits=False),
         "ours_local": mixing.ratios(mixing.ours_labels(local.block_rows, local.shuffle_buffer_size), tables),
-        "ours_remote": mixing.ratios(
+        "ours_bucket": mixing.ratios(
             mixing.ours_labels(remote.block_rows, remote.shuffle_buffer_size), tables
         ),
         "peer": mixing.ratios(mixing.peer_labels, tables),
@@ -175,7 +175,7 @@ def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks remote", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks bucket", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delays", type=float, nargs="+", default=[0.0, 25.0], help="ms per request (0 25)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of the main contenders, median (3)")
@@ -185,7 +185,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--slow-cap",
         type=float,
         default=30.0,
-        help="the same for the local defaults and the peer remotely (30)",
+        help="the same for the local defaults and the peer on the bucket (30)",
     )
     parser.add_argument("--raw", type=Path, default=None, help="also write every measurement here (JSON)")
     parser.add_argument("--blocks", type=int, nargs="+", default=[256, 1024, 2048, 4096, 8192])
@@ -194,10 +194,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--mixing-rows", type=int, default=mixing.LARGE[0], help="rows of the 1,000-label table"
     )
     parser.add_argument(
-        "--out", type=Path, default=None, help="Markdown file whose 'remote' section is replaced"
+        "--out", type=Path, default=None, help="Markdown file whose 'bucket' section is replaced"
     )
     parser.add_argument(
-        "--no-cache", action="store_true", help="skip the local cache's runs (the remote_cache suite)"
+        "--no-cache", action="store_true", help="skip the local cache's runs (the bucket_cache suite)"
     )
     parser.add_argument(
         "--contenders",
@@ -217,9 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder, running_store(os.path.join(folder, "server.log")) as store:
         found = run(args, folder, store)
     text = render(found, args)
-    sections.publish(text, name="remote", out=args.out)
+    sections.publish(text, name="bucket", out=args.out)
     if found["cache"] is not None:
-        sections.publish(found["cache"], name="remote-cache", out=args.out)
+        sections.publish(found["cache"], name="bucket-cache", out=args.out)
     if args.raw is not None:
         plain = {**found, "results": [asdict(r) for r in found["results"]]}
         plain["frontier"] = [asdict(r) for r in found["frontier"]]

@@ -1,8 +1,8 @@
-"""The local cache (``cache_dir=``) of the ``remote`` suite: two epochs with and without it.
+"""The local cache (``cache_dir=``) of the ``bucket`` suite: two epochs with and without it.
 
-    python -m benchmarks remote_cache [--rows 200000 1000000] [--delay 25] [--out docs/benchmarks.md]
+    python -m benchmarks bucket_cache [--rows 200000 1000000] [--delay 25] [--out docs/benchmarks.md]
 
-(``python -m benchmarks remote`` runs it too, on its tables, unless ``--no-cache``.)
+(``python -m benchmarks bucket`` runs it too, on its tables, unless ``--no-cache``.)
 For each table size: ours with the remote profile (k=0, batches of 256) reads two
 epochs in one fresh process through the relay, without the cache and with an empty
 one; then a second process reads an epoch over the warm cache (another run on the
@@ -10,7 +10,7 @@ machine); and the same two epochs from the table's copy on local disk, the same
 plan (the reference the cache's second epoch is held to by issue 28) and the
 local copy's default settings (the local profile: issue 36's reference). Each epoch's rows/s
 covers its whole pass (the first includes construction); the relay's requests are
-counted per epoch. The section ``remote-cache`` of ``--out`` is replaced.
+counted per epoch. The section ``bucket-cache`` of ``--out`` is replaced.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.cases.remote_contenders import BATCH_SIZE, NUM_SPLITS, Where, write_tables
+from benchmarks.cases.bucket_contenders import BATCH_SIZE, NUM_SPLITS, Where, write_tables
 from benchmarks.harness import sections
 from benchmarks.harness.s3 import Store, running_store
 
 RUNS = (
-    ("remote", "bucket, no cache"),
+    ("bucket", "bucket, no cache"),
     ("cache", "bucket, cache_dir (empty at the start)"),
     ("warm", "bucket, cache_dir (a second process, cache warm)"),
     ("local", "local disk copy, no cache (the same plan)"),
@@ -86,7 +86,7 @@ def _run(
     if store is not None:
         store.reset()
     relay = store.relay_endpoint if store is not None else ""
-    command = [sys.executable, "-m", "benchmarks", "remote_cache", "--probe", json.dumps(asdict(where))]
+    command = [sys.executable, "-m", "benchmarks", "bucket_cache", "--probe", json.dumps(asdict(where))]
     command += [cache_dir or "", relay, str(epochs), profile]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode:
@@ -96,16 +96,16 @@ def _run(
 
 
 def measure(
-    local: Where, remote: Where, store: Store, folder: str, rows: int, repeats: int
+    local: Where, bucket: Where, store: Store, folder: str, rows: int, repeats: int
 ) -> dict[str, Any]:
     """Every run of one table size, ``repeats`` times (each cached run starts empty); per
     run and epoch the median rows/s and requests over the repeats."""
     runs: dict[str, list[list[dict[str, Any]]]] = {key: [] for key, _ in RUNS}
     for repeat in range(repeats):
         cache = os.path.join(folder, f"cache{rows}-{repeat}")
-        runs["remote"].append(_run(remote, None, store, 2))
-        runs["cache"].append(_run(remote, cache, store, 2))
-        runs["warm"].append(_run(remote, cache, store, 1))
+        runs["bucket"].append(_run(bucket, None, store, 2))
+        runs["cache"].append(_run(bucket, cache, store, 2))
+        runs["warm"].append(_run(bucket, cache, store, 1))
         runs["local"].append(_run(local, None, None, 2))
         runs["local_default"].append(_run(local, None, None, 2, "auto"))
         shutil.rmtree(cache, ignore_errors=True)
@@ -138,7 +138,7 @@ def render(measured: dict[int, dict[str, Any]], delay: float, repeats: int) -> s
     lines = [
         "## Object storage: the local cache",
         "",
-        f"`python -m benchmarks remote_cache` (also run by `python -m benchmarks remote`): ours "
+        f"`python -m benchmarks bucket_cache` (also run by `python -m benchmarks bucket`): ours "
         f'with `storage_profile="remote"`, k=0, batches of {BATCH_SIZE}, {NUM_SPLITS} splits, on '
         f"tables of 0.5 KiB rows in 16 fragments on moto's S3 server behind a relay adding "
         f"{delay:g} ms to every request. Two epochs in one fresh process; rows/s over each "
@@ -171,12 +171,12 @@ def render(measured: dict[int, dict[str, Any]], delay: float, repeats: int) -> s
 def _targets(measured: dict[int, dict[str, Any]]) -> list[str]:
     lines = ["Targets (issue 28):", ""]
     for rows, found in measured.items():
-        cache, remote, local = found["cache"], found["remote"], found["local"]
+        cache, bucket, local = found["cache"], found["bucket"], found["local"]
         second = _rate(cache[1]) / _rate(local[1]) if _rate(local[1]) else float("nan")
         default = found["local_default"][1]
         versus = _rate(cache[1]) / _rate(default) if _rate(default) else float("nan")
         requests = cache[1]["requests"] / cache[0]["requests"] if cache[0]["requests"] else float("nan")
-        first = _rate(cache[0]) / _rate(remote[0]) if _rate(remote[0]) else float("nan")
+        first = _rate(cache[0]) / _rate(bucket[0]) if _rate(bucket[0]) else float("nan")
         lines.append(
             f"- {rows:,} rows: epoch 2 with the cache {second:.2f}x the local disk's epoch 2 "
             f"(target 0.9x); its requests {requests:.2%} of epoch 1's (target at most 1%); "
@@ -191,11 +191,11 @@ def _targets(measured: dict[int, dict[str, Any]]) -> list[str]:
 
 
 def run(args: argparse.Namespace, folder: str, store: Store, tables: dict[int, tuple[Where, Where]]) -> str:
-    """Measure every table of ``tables`` (rows: (local, remote)) and render the section."""
+    """Measure every table of ``tables`` (rows: (local, bucket)) and render the section."""
     store.set_delay(args.delay)
     measured = {
-        rows: measure(local, remote, store, folder, rows, args.repeats)
-        for rows, (local, remote) in tables.items()
+        rows: measure(local, bucket, store, folder, rows, args.repeats)
+        for rows, (local, bucket) in tables.items()
     }
     return render(measured, args.delay, args.repeats)
 
@@ -209,16 +209,16 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(result), flush=True)
         return
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks remote_cache", description=__doc__.splitlines()[0]
+        prog="python -m benchmarks bucket_cache", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--rows", type=int, nargs="+", default=[200_000, 1_000_000], help="table sizes")
     parser.add_argument("--delay", type=float, default=25.0, help="ms per request (25)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, median (3)")
     parser.add_argument(
-        "--out", type=Path, default=None, help="Markdown file whose 'remote-cache' section is replaced"
+        "--out", type=Path, default=None, help="Markdown file whose 'bucket-cache' section is replaced"
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder, running_store(os.path.join(folder, "server.log")) as store:
         tables = {rows: write_tables(folder, store, rows) for rows in args.rows}
         text = run(args, folder, store, tables)
-    sections.publish(text, name="remote-cache", out=args.out)
+    sections.publish(text, name="bucket-cache", out=args.out)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.cases.remote_contenders import labels_of
+from benchmarks.cases.bucket_contenders import labels_of
 from benchmarks.cases.scenarios import mean_distinct
 from benchmarks.harness.tables import TableRef, sorted_chunk, write_table
 

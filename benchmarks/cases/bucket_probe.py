@@ -1,4 +1,4 @@
-"""One pass of one contender in a fresh process: ``python -m benchmarks.cases.remote_probe KEY WHERE CAP``.
+"""One pass of one contender in a fresh process: ``python -m benchmarks.cases.bucket_probe KEY WHERE CAP``.
 
 ``WHERE`` is the JSON of a ``Where``; ``CAP`` the seconds after which the pass
 stops early. Imports come first (a trainer has them before its first batch), then
@@ -14,8 +14,8 @@ import sys
 import time
 import warnings
 
+from benchmarks.cases.bucket_contenders import Where, batch_rows, factory
 from benchmarks.cases.contenders import preload
-from benchmarks.cases.remote_contenders import Where, batch_rows, factory
 from benchmarks.harness.measure import proc_status_kib, reset_peak
 
 

@@ -1,4 +1,4 @@
-"""The contenders of the ``remote`` suite: one pass of a table, local or on object storage.
+"""The contenders of the ``bucket`` suite: one pass of a table, local or on object storage.
 
 Each factory takes the table's URI, its storage options (``None`` locally) and the
 LanceDB directory it lives in, and returns the batches a trainer would loop over.
@@ -41,11 +41,11 @@ class Where:
 
 def write_tables(folder: str, store: Store, rows: int) -> tuple[Where, Where]:
     """The table of ``rows`` rows on local disk and on the server (read through the relay)."""
-    local_dir, remote_dir = os.path.join(folder, f"local{rows}"), f"s3://{BUCKET}/db{rows}"
+    local_dir, bucket_dir = os.path.join(folder, f"local{rows}"), f"s3://{BUCKET}/db{rows}"
     write_table(local_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk)
     direct = store.options(relayed=False)
-    write_table(remote_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk, storage_options=direct)
-    return Where(local_dir, None), Where(remote_dir, store.options(relayed=True))
+    write_table(bucket_dir, TABLE, rows=rows, fragments=16, chunk=wide_chunk, storage_options=direct)
+    return Where(local_dir, None), Where(bucket_dir, store.options(relayed=True))
 
 
 def raw_scan(where: Where) -> Iterator[Any]:
@@ -63,7 +63,7 @@ def _ours(where: Where, **settings: Any) -> Iterator[Any]:
 
 
 def ours_auto(where: Where) -> Iterator[Any]:
-    """Ours with no plan settings: the profile the URI picks (remote on ``s3://``)."""
+    """Ours with no plan settings: the profile the URI picks (the remote profile on ``s3://``)."""
     return _ours(where)
 
 
@@ -72,12 +72,12 @@ def ours_local(where: Where) -> Iterator[Any]:
     return _ours(where, storage_profile="local")
 
 
-def ours_remote(where: Where) -> Iterator[Any]:
+def ours_bucket(where: Where) -> Iterator[Any]:
     """Ours with ``storage_profile="remote"``."""
     return _ours(where, storage_profile="remote")
 
 
-def ours_remote_k2(where: Where) -> Iterator[Any]:
+def ours_bucket_k2(where: Where) -> Iterator[Any]:
     """Ours with the URI's defaults and two worker processes (k=2)."""
     from streaming import StreamingDataLoader, StreamingDataset
 
@@ -123,8 +123,8 @@ def lance_batches(where: Where) -> Iterator[Any]:
 FIXED: dict[str, tuple[str, Callable[[Where], Iterator[Any]]]] = {
     "raw_scan": ("raw Lance scan (to_batches), unshuffled", raw_scan),
     "ours_local": ('ours, storage_profile="local" (the local defaults)', ours_local),
-    "ours_remote": ('ours, storage_profile="remote"', ours_remote),
-    "ours_remote_k2": ("ours, the URI's defaults, k=2 (two worker processes)", ours_remote_k2),
+    "ours_bucket": ('ours, storage_profile="remote"', ours_bucket),
+    "ours_bucket_k2": ("ours, the URI's defaults, k=2 (two worker processes)", ours_bucket_k2),
     "peer": ("peer StreamingDataLoader(256), k=0", peer),
     "lance_fragments": ("lance.torch ShardedFragmentSampler(randomize=True)", lance_fragments),
     "lance_batches": ("lance.torch ShardedBatchSampler(randomize=True)", lance_batches),

@@ -1,4 +1,4 @@
-"""The Markdown of the ``remote`` suite: contenders per setting, the frontier, the targets."""
+"""The Markdown of the ``bucket`` suite: contenders per setting, the frontier, the targets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import math
 from typing import Any
 
-from benchmarks.cases.remote_contenders import FIXED
+from benchmarks.cases.bucket_contenders import FIXED
 from benchmarks.harness.machine import load_average, machine_facts
 
 SHUFFLED = ("peer", "lance_fragments", "lance_batches")
@@ -117,13 +117,13 @@ def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
     by = {(r.setting, r.key): r for r in found["results"] if r.rows == rows}
     mixes = found["mixing"]
     lines = []
-    if (delay, "ours_remote") in by and (delay, "raw_scan") in by:
-        remote = _figures(by[(delay, "ours_remote")], mixes.get("ours_remote"))
+    if (delay, "ours_bucket") in by and (delay, "raw_scan") in by:
+        ours = _figures(by[(delay, "ours_bucket")], mixes.get("ours_bucket"))
         scan = _figures(by[(delay, "raw_scan")], None)
-        rate, requests = remote["rate"] / scan["rate"], remote["requests"] / scan["requests"]
-        mixing_ok = remote["mix_large"] >= 0.6 and remote["mix_small"] >= 0.8
+        rate, requests = ours["rate"] / scan["rate"], ours["requests"] / scan["requests"]
+        mixing_ok = ours["mix_large"] >= 0.6 and ours["mix_small"] >= 0.8
         mixed = (
-            f"; mixes {remote['mix_large']:.2f} (2M, >= 0.6) and {remote['mix_small']:.2f} (40k, >= 0.8): "
+            f"; mixes {ours['mix_large']:.2f} (2M, >= 0.6) and {ours['mix_small']:.2f} (40k, >= 0.8): "
             f"{_verdict(mixing_ok)}"
             if mixes
             else ""
@@ -131,10 +131,10 @@ def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
         lines.append(
             f"- {rows:,} rows at {delay}: the remote profile reads {rate:.2f}x the raw scan's rows/s "
             f"(>= 0.5x): {_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows "
-            f"(<= 5x): {_verdict(requests <= 5)}{mixed}; peak RSS {remote['rss']:,.0f} MiB (< 1,024): "
-            f"{_verdict(remote['rss'] < 1024)}."
+            f"(<= 5x): {_verdict(requests <= 5)}{mixed}; peak RSS {ours['rss']:,.0f} MiB (< 1,024): "
+            f"{_verdict(ours['rss'] < 1024)}."
         )
-    keys = ("raw_scan", "ours_local", "ours_remote", "peer")
+    keys = ("raw_scan", "ours_local", "ours_bucket", "peer")
     if all(("local", key) in by for key in keys):
         local = {key: by[("local", key)].rate for key in keys}
         lines.append(
@@ -143,8 +143,8 @@ def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
             f"{_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
             f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
             f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
-            f"{local['ours_remote'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
-            f"{_verdict(local['ours_remote'] >= 0.8 * local['ours_local'])}."
+            f"{local['ours_bucket'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
+            f"{_verdict(local['ours_bucket'] >= 0.8 * local['ours_local'])}."
         )
     return lines
 
@@ -153,7 +153,7 @@ def bucket_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
     """Issue 36's object-storage lines at ``delay`` on the table of ``rows`` rows: k=0 rows/s
     and first batch against the raw scan, k=2 requests against k=0 (medians over the runs)."""
     by = {r.key: r for r in found["results"] if (r.setting, r.rows) == (delay, rows)}
-    scan, ours, k2 = by.get("raw_scan"), by.get("ours_remote"), by.get("ours_remote_k2")
+    scan, ours, k2 = by.get("raw_scan"), by.get("ours_bucket"), by.get("ours_bucket_k2")
     lines = []
     if scan is not None and ours is not None:
         rate = ours.rate / scan.rate if scan.rate else math.nan
@@ -184,7 +184,7 @@ def _targets(found: dict[str, Any], delay: str, sizes: list[int]) -> list[str]:
     if not found["frontier"] or not mixes:
         return lines
     ours = [_figures(r, mixes.get(r.key)) for r in found["frontier"]]
-    ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_remote")]
+    ours += [_figures(by[(delay, key)], mixes[key]) for key in ("ours_local", "ours_bucket")]
     for key in SHUFFLED:
         if (delay, key) not in by:
             continue
@@ -218,7 +218,7 @@ def render(found: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "## Object storage",
             "",
-            f"`python -m benchmarks remote --rows {' '.join(map(str, args.rows))}`: tables of {sizes} rows x "
+            f"`python -m benchmarks bucket --rows {' '.join(map(str, args.rows))}`: tables of {sizes} rows x "
             "(id int64, label int32, float32[128]), 16 fragments, 16 splits, batches of 256, k=0; moto's S3 "
             "server and the delaying relay each in a process of their own; every contender in a fresh "
             "process over one whole pass (construction and first read included; cap "
