@@ -28,8 +28,8 @@ from ..errors import EpochCompleteWarning
 from ..read import source
 from ..read.view import TableView
 from ..state.format import StreamState
-from . import striped, watchdog
-from .board import Board
+from ..workers import cut, watchdog
+from ..workers.board import Board
 from .positioned import Positioned
 
 __all__ = ["DatasetEngine"]
@@ -137,12 +137,12 @@ class DatasetEngine(Positioned):
             yield from self._endless(splits)
         elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
             batch_size, columnar = batch
-            pieces = striped.slices(
+            pieces = cut.slices(
                 self.stripe(stripe[0], stripe[1], batch_size=batch_size),
                 lambda sizes: self._stream(splits, sizes=sizes),
                 columnar=columnar,
             )
-            yield from striped.messages(
+            yield from cut.messages(
                 pieces,
                 in_worker=_worker_info() is not None,
                 report=self.worker_report,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
     from ..read.view import TableView
     from ..state.format import StreamState
-    from .board import Board
+    from ..workers.board import Board
 
 __all__ = [
     "DatasetHost",

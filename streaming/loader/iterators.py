@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 from ..core.lifecycle import Guarded
 from ..dataset.host import DatasetHost
-from . import transfer
+from ..workers import transfer
+from ..workers.shares import Shares, release
+from ..workers.worker import WorkerBatch
 from .launch import Launch
 from .plain import PlainBatches
-from .shares import Shares, release
-from .worker import WorkerBatch
 
 __all__ = ["BatchIterator", "Committing", "IteratingLoader"]
 

@@ -21,14 +21,14 @@ from torch.utils.data import DataLoader
 
 from .. import _compat
 from ..core.lifecycle import Guarded
-from ..dataset import striped
-from ..dataset.board import Board
 from ..dataset.host import LoaderHost
-from . import plain, transfer
+from ..workers import cut, transfer
+from ..workers.board import Board
+from ..workers.shares import Gathering, Shares, release_kept
+from ..workers.supervisor import supervise
+from ..workers.worker import ReportingCollate, WorkerBatch
+from . import plain
 from .plain import PlainBatches
-from .shares import Gathering, Shares, release_kept
-from .supervisor import supervise
-from .worker import ReportingCollate, WorkerBatch
 
 __all__ = ["PRELOAD", "Launch"]
 
@@ -145,7 +145,7 @@ class Launch:
         """The shared-memory channel of the batches about to start (set on the collate)."""
         loader, channel = self._loader, None
         if loader.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * striped.BUNDLE_SLICES)
+            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * cut.BUNDLE_SLICES)
         self._collate.channel = channel
         return channel
 

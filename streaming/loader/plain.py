@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import _compat
-from .worker import WorkerBatch
+from ..workers.worker import WorkerBatch
 
 __all__ = ["LABEL", "PlainBatches", "PlainItems", "eligible", "items", "uncollated"]
 

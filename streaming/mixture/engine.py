@@ -24,12 +24,12 @@ from ..core import stats
 from ..core.lifecycle import Guarded, Lifecycle, Samples
 from ..core.options import as_epoch
 from ..core.progress import SplitProgress, WorkerReport
-from ..dataset import striped, watchdog
-from ..dataset.board import Board
 from ..dataset.host import MixtureSource
-from ..dataset.striped import Slice
 from ..errors import EpochCompleteWarning
 from ..read import source
+from ..workers import cut, watchdog
+from ..workers.board import Board
+from ..workers.cut import Slice
 from .checks import check_fits
 from .read import RankStream, share_of
 from .schedule import MixPosition, Schedule, SourcePosition, batch_order, split_counts
@@ -126,7 +126,7 @@ class MixtureEngine:
         stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
         if self._loader_columnar is not None:
             counters = [data.counters for data in self.sources.values()]
-            stream = striped.messages(
+            stream = cut.messages(
                 stream,
                 in_worker=info is not None,
                 report=self.worker_report,

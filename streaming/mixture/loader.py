@@ -19,7 +19,7 @@ from ..dataset.host import LoaderHost, MixtureHost
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
 from ..loader.loader import StreamingDataLoader, serves
-from ..loader.shares import Shares
+from ..workers.shares import Shares
 from .mixture import StreamingMixture
 
 __all__ = ["MixtureLoader"]

@@ -23,7 +23,7 @@ from ..core.progress import WorkerReport
 from . import byvalue, outputs, seeding, transfer
 
 if TYPE_CHECKING:
-    from ..dataset.striped import Slice
+    from .cut import Slice
 
 __all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
 
@@ -140,10 +140,18 @@ class ReportingCollate:
     travel as they are and the trainer collates the whole batch.
     """
 
-    def __init__(self, collate: Callable[[Any], Any], *, columnar: bool, raw: bool = False) -> None:
+    def __init__(
+        self,
+        collate: Callable[[Any], Any],
+        *,
+        columnar: bool,
+        raw: bool = False,
+        transforming: seeding.Transforming | None = None,
+    ) -> None:
         self.collate = collate
         self.columnar = columnar
         self.raw = raw
+        self.transforming = transforming  # what a seeding worker_init_fn is told about
         self.channel: transfer.Channel | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -179,7 +187,7 @@ class ReportingCollate:
             if worker is None:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
-            return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
+            return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
         from ..read.assemble import finish, layout, to_tensors, wide_columns
         from ..read.spans import Spans
 

@@ -14,9 +14,9 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.dataset import striped
-from streaming.loader import transfer
 from streaming.loader.launch import PRELOAD
+from streaming.workers import cut as striped
+from streaming.workers import transfer
 
 from helpers import make_table
 

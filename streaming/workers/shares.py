@@ -1,6 +1,6 @@
 """Loader batches from the workers' messages: their shares sorted, assembled, released.
 
-A worker's message holds its shares of one or more batches (``dataset.striped``);
+A worker's message holds its shares of one or more batches (``cut``);
 ``Shares`` sorts them by worker until every worker's share of the next batch is in,
 and ``Gathering`` makes the batch of those shares (``assembly``), honouring
 ``drop_last`` and pinning what the trainer collated itself.
@@ -15,8 +15,8 @@ from typing import Any
 
 from .. import _compat
 from ..core import stats
-from ..dataset.board import Board
 from . import assembly, transfer
+from .board import Board
 from .worker import WorkerBatch
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]

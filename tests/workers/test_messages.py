@@ -1,10 +1,10 @@
-"""How a worker groups its slices into DataLoader messages (``dataset.striped.bundles``)."""
+"""How a worker groups its slices into DataLoader messages (``workers.cut.bundles``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from streaming.dataset import striped
+from streaming.workers import cut as striped
 
 
 def pieces(count: int, *, rows: int, columnar: bool) -> list[striped.Slice]:
