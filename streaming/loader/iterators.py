@@ -23,10 +23,8 @@ __all__ = ["BatchIterator", "Committing", "IteratingLoader"]
 
 
 class IteratingLoader(Protocol):
-    """What a loader's iterators read of their loader (``StreamingDataLoader``)."""
-
-    num_workers: int
-    persistent_workers: bool
+    """What a loader's iterators read of their loader (``StreamingDataLoader``); its
+    settings come down through ``Launch``."""
 
     def __len__(self) -> int: ...
 
@@ -82,9 +80,9 @@ class BatchIterator(Guarded):
             release,
             self._batches,
             self._channel,
-            num_workers=self._loader.num_workers,
+            num_workers=self._launch.num_workers,
             reports=self._reports(),
-            keep=self._loader.persistent_workers,
+            keep=self._launch.persistent,
         )
 
     def _shares_of(self, batches: Iterator[Any]) -> Shares | PlainBatches:

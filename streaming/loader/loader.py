@@ -215,7 +215,14 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming = dataset  # the facade (or a registered kind's: a mixture)
         self._host: LoaderHost = self._engine_for(dataset)
         self._launch = Launch(
-            self, self._host, collate=collate, gathering=gathering, columnar=columnar, chosen_here=here
+            self,
+            self._host,
+            collate=collate,
+            gathering=gathering,
+            columnar=columnar,
+            chosen_here=here,
+            num_workers=given["num_workers"],
+            persistent=given["persistent_workers"],
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 

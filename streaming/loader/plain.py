@@ -29,10 +29,11 @@ LABEL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 """What a torch profiler shows for each ``next()`` of a loader without workers."""
 
 
-def eligible(loader: DataLoader[Any]) -> bool:
-    """Whether ``loader``'s batches take the plain path: no workers, nothing pinned,
-    no ``timeout`` (torch refuses that without workers, and keeps doing so)."""
-    return loader.num_workers == 0 and not loader.pin_memory and loader.timeout == 0
+def eligible(loader: DataLoader[Any], *, num_workers: int) -> bool:
+    """Whether ``loader``'s batches take the plain path: no workers (``num_workers``, the
+    loader's setting), nothing pinned, no ``timeout`` (torch refuses that without
+    workers, and keeps doing so)."""
+    return num_workers == 0 and not loader.pin_memory and loader.timeout == 0
 
 
 class PlainItems(Iterator[Any]):

@@ -1,5 +1,7 @@
 """The worker protocol: how one process's share of a batch is cut, sent, reported and gathered.
 
+``side`` is the worker half both engines own (where a process stands, its
+``World``; what a loader hands down; a persistent worker's reset; its reports);
 ``cut`` cuts a process's samples into one share per loader batch and groups a
 worker's shares into DataLoader messages; ``worker`` is what runs in each worker
 (the collate that finishes a share and attaches its report, the
