@@ -103,8 +103,8 @@ class DatasetEngine(Positioned):
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
         elif shipped is not None:  # a StreamingDataLoader moves an endless dataset on
-            pieces = cut.slices(
-                self.stripe(world.worker, world.workers, batch_size=shipped.batch_size),
+            pieces = cut.cut_shares(
+                self.share_slots(world.worker, world.workers, batch_size=shipped.batch_size),
                 lambda sizes: self._stream(splits, sizes=sizes),
                 columnar=shipped.columnar,
             )
@@ -212,7 +212,7 @@ class DatasetEngine(Positioned):
 
     @contextmanager
     def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
-        """While a loader starts its iterator: iterators yield one ``Slice`` per batch of
+        """While a loader starts its iterator: iterators yield one ``Share`` per batch of
         ``batch_size`` (of columnar pieces with ``columnar``); a pickle for a worker
         process is the loader's, not a plain DataLoader's, and carries ``board`` (a
         persistent loader's pipes)."""

@@ -17,9 +17,9 @@ from ..core.balance import balanced
 from ..core.ledger import Ledger
 from ..core.lifecycle import Lifecycle
 from ..core.options import Options
+from ..core.order import RankOrder, ShareSlots
 from ..core.plan import EpochPlan
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
-from ..core.stripes import RankOrder, Stripe
 from ..read import source
 from ..read.view import TableView, open_view
 from ..state.compat import check_compatible
@@ -305,10 +305,10 @@ class Positioned:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
         self._ledger.cursor.restore(mark)
 
-    def stripe(self, worker: int, workers: int, *, batch_size: int) -> Stripe:
+    def share_slots(self, worker: int, workers: int, *, batch_size: int) -> ShareSlots:
         """Worker ``worker`` of ``workers``: its share of each batch of ``batch_size`` this
-        rank yields from the committed position (package-internal, see ``striped``)."""
+        rank yields from the committed position (package-internal, see ``workers.cut``)."""
         samples, remaining = self._ledger.cursor.samples, self._ledger.remaining()
         starts = [samples[split] for split in self._rank_splits]
         ends = [samples[split] + remaining[split] for split in self._rank_splits]
-        return Stripe(RankOrder(starts, ends), worker, workers, batch_size)
+        return ShareSlots(RankOrder(starts, ends), worker, workers, batch_size)

@@ -15,7 +15,7 @@ from ..core.lifecycle import Guarded
 from ..dataset.host import DatasetHost
 from ..workers import transfer
 from ..workers.shares import Shares, release
-from ..workers.worker import WorkerBatch
+from ..workers.worker import SentShare
 from .launch import Launch
 from .plain import PlainBatches
 
@@ -118,14 +118,14 @@ class Committing(BatchIterator):
     def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
         return self._dataset.worker_counters
 
-    def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
+    def _delivered(self, drawn: tuple[list[SentShare], Any]) -> Any:
         items, batch = drawn
         for item in items:
             if item.report is not None:
                 self._dataset.commit(item.report)
         return batch
 
-    def _draw(self) -> tuple[list[WorkerBatch], Any]:
+    def _draw(self) -> tuple[list[SentShare], Any]:
         """The next batch, moving an endless dataset into its next epoch when one ends."""
         while True:
             # num_workers=0: the dataset's own iterator moves the cursor as the batch is

@@ -26,7 +26,7 @@ from ..workers import cut, transfer
 from ..workers.board import Board
 from ..workers.shares import Gathering, Shares, release_kept
 from ..workers.supervisor import supervise
-from ..workers.worker import ReportingCollate, WorkerBatch
+from ..workers.worker import ReportingCollate, SentShare
 from . import plain
 from .plain import PlainBatches
 
@@ -149,7 +149,7 @@ class Launch:
         """The shared-memory channel of the batches about to start (set on the collate)."""
         loader, channel = self._loader, None
         if self.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * cut.BUNDLE_SLICES)
+            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * cut.MESSAGE_SHARES)
         self._collate.channel = channel
         return channel
 
@@ -163,7 +163,7 @@ class Launch:
             return PlainBatches(source, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
         return Shares(batches, workers=self.num_workers)
 
-    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[WorkerBatch], Any] | None:
+    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[SentShare], Any] | None:
         """The next batch of ``shares`` (see ``Gathering.gather``).
 
         Kept workers that failed (a dead worker, a batch that failed on arrival) are

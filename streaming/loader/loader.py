@@ -165,7 +165,7 @@ class StreamingDataLoader(DataLoader[Any]):
         collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
         torch_keywords: dict[str, Any] = {
             **given,
-            "batch_size": None,  # each item is one process's share of a batch (``Slice``)
+            "batch_size": None,  # each item is one process's share of a batch (``Share``)
             "collate_fn": collate,
             "drop_last": False,
             "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,

@@ -26,7 +26,7 @@ from ..core.world import World
 from ..dataset.host import MixtureSource
 from ..errors import EpochCompleteWarning
 from ..workers.board import Board
-from ..workers.cut import Slice
+from ..workers.cut import Share
 from ..workers.side import WorkerSide
 from .checks import check_fits
 from .read import RankStream, share_of
@@ -153,7 +153,7 @@ class MixtureEngine:
                     if world.workers == 1:
                         self.position = after  # the trainer's own process: the batch is handed out whole
                     slots = _slots(where, order, size)
-                    yield Slice(items if len(where) else None, slots, size, bool(loader), first)
+                    yield Share(items if len(where) else None, slots, size, bool(loader), first)
                     first = False
                 else:  # in a plain DataLoader's worker, its own samples of the batch, in order
                     samples = [items[i] for i in np.argsort(_slots(where, order, size), kind="stable")]
@@ -217,7 +217,7 @@ class MixtureEngine:
     @contextmanager
     def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
         """While a loader starts its iterator: the pickles (the sources' too) are the
-        loader's, and the iterators yield one ``Slice`` per batch (of columns with
+        loader's, and the iterators yield one ``Share`` per batch (of columns with
         ``columnar``): each process's share, read from its own splits of every source."""
         # batch_size is always the mixture's own
         with ExitStack() as stack:

@@ -1,11 +1,13 @@
-"""A loader's view of one process's samples: one ``Slice`` per loader batch.
+"""A loader's view of one process's samples: one ``Share`` per loader batch.
 
-Inside a ``StreamingDataLoader`` a dataset iterator (in the trainer with
-``num_workers=0``, or in each worker) yields, for every batch of the rank, the
-samples of that batch it owns and where they go in the batch (a *stripe*, see
-``core.stripes``). The loader assembles each batch from the slices of all its
-workers, so the batches are the same for every worker count and the position
-after each batch is exact.
+A *share* is one process's part of one loader batch. Inside a
+``StreamingDataLoader`` a dataset iterator (in the trainer with
+``num_workers=0``, or in each worker) yields, for every batch of the rank, its
+share: the samples of that batch it owns and where they go in the batch (their
+slots, ``core.order.ShareSlots``). The loader assembles each batch from the
+shares of all its workers, so the batches are the same for every worker count
+and the position after each batch is exact. A worker sends its shares several
+to a DataLoader message (``grouped``).
 """
 
 from __future__ import annotations
@@ -19,42 +21,42 @@ from typing import Any
 
 import numpy as np
 
-from ..core.stripes import Stripe
+from ..core.order import ShareSlots
 
 __all__ = [
-    "BUNDLE_BYTES",
-    "BUNDLE_ROWS",
-    "BUNDLE_SLICES",
-    "SAMPLE_BUNDLE_ROWS",
-    "SAMPLE_BUNDLE_SLICES",
-    "Slice",
+    "MESSAGE_BYTES",
+    "MESSAGE_ROWS",
+    "MESSAGE_SHARES",
+    "SAMPLE_MESSAGE_ROWS",
+    "SAMPLE_MESSAGE_SHARES",
+    "Share",
     "Sizes",
-    "bundles",
+    "grouped",
     "messages",
-    "slices",
+    "cut_shares",
 ]
 
 
-BUNDLE_ROWS = 4096
-"""A worker's message carries columnar slices of several batches up to about this many rows."""
+MESSAGE_ROWS = 4096
+"""A worker's message carries columnar shares of several batches up to about this many rows."""
 
-BUNDLE_BYTES = 4 << 20
+MESSAGE_BYTES = 4 << 20
 """... and up to about this many bytes of rows as read (``bytes_read / rows_read``)."""
 
-BUNDLE_SLICES = 32
-"""... and at most this many slices."""
+MESSAGE_SHARES = 32
+"""... and at most this many shares."""
 
-SAMPLE_BUNDLE_ROWS = 1024
-"""Rows of a message of slices of samples (a ``transform`` or the user's ``collate_fn``):
+SAMPLE_MESSAGE_ROWS = 1024
+"""Rows of a message of shares of samples (a ``transform`` or the user's ``collate_fn``):
 what a transform returns may be far larger than the rows it read, so fewer rows travel
 (and wait) at once."""
 
-SAMPLE_BUNDLE_SLICES = 8
-"""... and at most this many slices."""
+SAMPLE_MESSAGE_SHARES = 8
+"""... and at most this many shares."""
 
 
 @dataclass(frozen=True)
-class Slice:
+class Share:
     """One process's share of one loader batch.
 
     ``items`` is a list of samples, or (``columnar``) per-column pieces for
@@ -68,18 +70,18 @@ class Slice:
     size: int
     columnar: bool = False
     first: bool = False
-    """The iterator's first slice (a worker's shared-memory ring starts over)."""
+    """The iterator's first share (a worker's shared-memory ring starts over)."""
     report: Any = None
-    """In a worker: its ``WorkerReport`` as this slice ends (the position after it)."""
+    """In a worker: its ``WorkerReport`` as this share ends (the position after it)."""
 
     @property
     def count(self) -> int:
-        """Samples in this slice."""
+        """Samples in this share."""
         return len(self.slots)
 
 
 class Sizes:
-    """The sizes a columnar batch reader is asked for, one at a time (see ``slices``)."""
+    """The sizes a columnar batch reader is asked for, one at a time (see ``cut_shares``)."""
 
     def __init__(self) -> None:
         self._queue: deque[int] = deque()
@@ -97,81 +99,81 @@ class Sizes:
         return self._queue.popleft()
 
 
-def slices(
-    stripe: Stripe, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
-) -> Generator[Slice, None, None]:
-    """One ``Slice`` per batch of ``stripe``: the next samples of ``stream``.
+def cut_shares(
+    plan: ShareSlots, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
+) -> Generator[Share, None, None]:
+    """One ``Share`` per batch of ``plan``: the next samples of ``stream``.
 
     ``stream(sizes)`` starts the process's samples (``sizes`` is ``None``) or, with
     ``columnar``, its batches of the sizes asked of ``sizes``. A stream that ends
-    early (rows a transform dropped) gives shorter slices at the end.
+    early (rows a transform dropped) gives shorter shares at the end.
     """
     sizes = Sizes() if columnar else None
     source = stream(sizes)
-    alone = _alone(stripe)
-    for batch in range(stripe.order.batches(stripe.batch_size)):
-        size = stripe.size(batch)
-        slots = alone[:size] if alone is not None else stripe.slots(batch)
+    alone = _alone(plan)
+    for batch in range(plan.order.batches(plan.batch_size)):
+        size = plan.size(batch)
+        slots = alone[:size] if alone is not None else plan.slots(batch)
         first = batch == 0
         if len(slots) == 0:
-            yield Slice(None, slots, size, columnar, first)
+            yield Share(None, slots, size, columnar, first)
         elif sizes is not None:
             sizes.ask(len(slots))
             pieces = next(source, None)
             got = 0 if pieces is None else sum(len(piece) for piece in next(iter(pieces.values()), []))
-            yield Slice(pieces, slots[:got], size, columnar, first)
+            yield Share(pieces, slots[:got], size, columnar, first)
         else:
             samples = list(itertools.islice(source, len(slots)))
-            yield Slice(samples, slots[: len(samples)], size, first=first)
+            yield Share(samples, slots[: len(samples)], size, first=first)
 
 
-def _alone(stripe: Stripe) -> np.ndarray | None:
-    """The slots of a lone process's batch (every slot, in order: ``Stripe.slots`` of
+def _alone(plan: ShareSlots) -> np.ndarray | None:
+    """The slots of a lone process's batch (every slot, in order: ``ShareSlots.slots`` of
     one worker), as one read-only array its batches take prefixes of; ``None`` with
     several workers."""
-    if stripe.workers != 1:
+    if plan.workers != 1:
         return None
-    slots = np.arange(stripe.batch_size, dtype=np.int64)
-    slots.flags.writeable = False
-    return slots
+    every = np.arange(plan.batch_size, dtype=np.int64)
+    every.flags.writeable = False
+    return every
 
 
 def messages(
-    pieces: Iterator[Slice], *, in_worker: bool, report: Callable[[], Any], row_bytes: Callable[[], float]
-) -> Generator[list[Slice], None, None]:
-    """The DataLoader items of ``pieces``: in a worker, ``bundles``; in the trainer's
-    own process (nothing to send), each slice alone and without a report."""
+    pieces: Iterator[Share], *, in_worker: bool, report: Callable[[], Any], row_bytes: Callable[[], float]
+) -> Generator[list[Share], None, None]:
+    """The DataLoader items of ``pieces``: in a worker, ``grouped``; in the trainer's
+    own process (nothing to send), each share alone and without a report."""
     if in_worker:
-        yield from bundles(pieces, report=report, row_bytes=row_bytes)
+        yield from grouped(pieces, report=report, row_bytes=row_bytes)
     else:
         for piece in pieces:
             yield [piece]
 
 
-def bundles(
-    pieces: Iterator[Slice], *, report: Callable[[], Any], row_bytes: Callable[[], float]
-) -> Generator[list[Slice], None, None]:
-    """A worker's slices, several to a message: each DataLoader message costs the same
+def grouped(
+    pieces: Iterator[Share], *, report: Callable[[], Any], row_bytes: Callable[[], float]
+) -> Generator[list[Share], None, None]:
+    """A worker's shares, several to a message: each DataLoader message costs the same
     whatever it carries, so a worker that sends its share of one batch at a time pays
-    it k times per batch. The first message holds one slice (the first batch comes
-    soon), later ones twice as many as the one before, up to ``BUNDLE_SLICES`` and
-    about ``BUNDLE_ROWS`` rows (for slices of samples ``SAMPLE_BUNDLE_SLICES`` and
-    ``SAMPLE_BUNDLE_ROWS``) and ``BUNDLE_BYTES`` bytes. Each slice carries the
+    it k times per batch. The first message holds one share (the first batch comes
+    soon), later ones twice as many as the one before, up to ``MESSAGE_SHARES`` and
+    about ``MESSAGE_ROWS`` rows (for shares of samples ``SAMPLE_MESSAGE_SHARES`` and
+    ``SAMPLE_MESSAGE_ROWS``) and ``MESSAGE_BYTES`` bytes. Each share carries the
     ``report()`` taken as it ends.
     """
     limit = 1
-    bundle: list[Slice] = []
+    message: list[Share] = []
     rows = 0
     for piece in pieces:
-        bundle.append(dataclasses.replace(piece, report=report()))
+        message.append(dataclasses.replace(piece, report=report()))
         rows += piece.count
         size = rows * max(1.0, row_bytes())
-        most_rows, most_slices = (
-            (BUNDLE_ROWS, BUNDLE_SLICES) if piece.columnar else (SAMPLE_BUNDLE_ROWS, SAMPLE_BUNDLE_SLICES)
+        most_rows, most_shares = (
+            (MESSAGE_ROWS, MESSAGE_SHARES) if piece.columnar else (SAMPLE_MESSAGE_ROWS, SAMPLE_MESSAGE_SHARES)
         )
-        if len(bundle) >= limit or rows >= most_rows or size >= BUNDLE_BYTES:
-            yield bundle
-            bundle, rows = [], 0
-            limit = min(most_slices, 2 * limit)
-    if bundle:
-        yield bundle
+        if len(message) >= limit or rows >= most_rows or size >= MESSAGE_BYTES:
+            yield message
+            message, rows = [], 0
+            limit = min(most_shares, 2 * limit)
+    if message:
+        yield message

@@ -39,7 +39,7 @@ def _worker_info() -> Any:
     return get_worker_info()
 
 
-def find_world(rank: int, world_size: int, *, override: Any = None) -> World:
+def find_world(rank: int = 0, world_size: int = 1, *, override: Any = None) -> World:
     """This process's place: rank ``rank`` of ``world_size``, and the DataLoader worker it is
     (torch's ``get_worker_info()``, or ``override``, a testing hook with ``id`` and
     ``num_workers`` that takes precedence; a warning says so inside a real worker)."""
@@ -107,12 +107,12 @@ class WorkerSide:
 
     def send(
         self,
-        shares: Iterator[cut.Slice],
+        shares: Iterator[cut.Share],
         world: World,
         *,
         report: Callable[[], WorkerReport],
         row_bytes: Callable[[], float],
-    ) -> Generator[list[cut.Slice], None, None]:
+    ) -> Generator[list[cut.Share], None, None]:
         """The DataLoader items of ``shares``: grouped into messages with their reports in
         a worker process, one at a time in the trainer's own (``cut.messages``)."""
         return cut.messages(shares, in_worker=world.in_worker, report=report, row_bytes=row_bytes)
