@@ -104,7 +104,7 @@ class DatasetEngine(Positioned):
             yield from self._endless(splits)
         elif shipped is not None:  # a StreamingDataLoader moves an endless dataset on
             pieces = cut.cut_shares(
-                self.share_slots(world.worker, world.workers, batch_size=shipped.batch_size),
+                self.share_slots(world, batch_size=shipped.batch_size),
                 lambda sizes: self._stream(splits, sizes=sizes),
                 columnar=shipped.columnar,
             )

@@ -20,6 +20,7 @@ from ..core.options import Options
 from ..core.order import RankOrder, ShareSlots
 from ..core.plan import EpochPlan
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
+from ..core.world import World
 from ..read import source
 from ..read.view import TableView, open_view
 from ..state.compat import check_compatible
@@ -305,10 +306,10 @@ class Positioned:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
         self._ledger.cursor.restore(mark)
 
-    def share_slots(self, worker: int, workers: int, *, batch_size: int) -> ShareSlots:
-        """Worker ``worker`` of ``workers``: its share of each batch of ``batch_size`` this
+    def share_slots(self, world: World, *, batch_size: int) -> ShareSlots:
+        """The slots of the share of ``world``'s worker in each batch of ``batch_size`` this
         rank yields from the committed position (package-internal, see ``workers.cut``)."""
         samples, remaining = self._ledger.cursor.samples, self._ledger.remaining()
         starts = [samples[split] for split in self._rank_splits]
         ends = [samples[split] + remaining[split] for split in self._rank_splits]
-        return ShareSlots(RankOrder(starts, ends), worker, workers, batch_size)
+        return ShareSlots(RankOrder(starts, ends), world.worker, world.workers, batch_size)
