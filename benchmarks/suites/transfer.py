@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import sections
-from streaming.loader import transfer
+from streaming.workers import transfer
 
 
 def _batch(rows: int, width: int) -> dict[str, np.ndarray]:
