@@ -174,6 +174,17 @@ class StreamingDataLoader(DataLoader[Any]):
         self._settle(dataset, given, collate=collate, finish=finish, columnar=columnar, here=chosen_here)
         self._len_counts = len_counts
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        """As torch refuses ``batch_size`` after construction, ``num_workers`` is refused too:
+        the loader checked the split ownership for it and hands it to its workers."""
+        if name == "num_workers" and "_launch" in self.__dict__ and value != self.num_workers:
+            raise ValueError(
+                f"num_workers is fixed when a StreamingDataLoader is built (it was {self.num_workers}, "
+                f"got {value!r}): each worker's splits were checked for it; build a new "
+                f"StreamingDataLoader(dataset, num_workers={value!r}) instead"
+            )
+        super().__setattr__(name, value)
+
     def _collation(
         self, collate_fn: Callable[[Any], Any] | None, *, given: dict[str, Any], columnar: bool
     ) -> tuple[Any, Callable[[Any], Any] | None]:
