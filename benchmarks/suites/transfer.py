@@ -4,7 +4,7 @@
 
 A child process (forkserver) sends batches of (id int64, label int32, vec
 float32[width]) the way a DataLoader worker would: pickled through a
-``multiprocessing`` queue, or through ``streaming.loader.transfer``'s ring with only
+``multiprocessing`` queue, or through ``streaming.workers.transfer``'s ring with only
 the parcel in the queue. The trainer's side receives each batch as fresh
 arrays. Prints batches/s, rows/s and the trainer's CPU per batch for both, for
 each batch size; with ``--out`` the table replaces the file's transfer section.
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import sections
-from streaming.loader import transfer
+from streaming.workers import transfer
 
 
 def _batch(rows: int, width: int) -> dict[str, np.ndarray]:

@@ -164,7 +164,7 @@ def report(results: dict[str, dict[str, float]], rows: int, repeats: int) -> str
         "costs the process that also runs the model.",
         "- With the transform, each row's vector is a list of 128 floats, so default_collate makes "
         "a list of 128 tensors of 256 values per batch (131 tensors in all). A worker sends them by "
-        "value, as numpy arrays in its message (streaming/loader/byvalue.py); through torch's own "
+        "value, as numpy arrays in its message (streaming/workers/byvalue.py); through torch's own "
         "reducer (one shared-memory file and one passed descriptor per tensor) this case cost "
         "6.25x k=0's CPU per row. The case without a transform does not take that path.",
     ]

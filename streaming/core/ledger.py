@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from .order import RankOrder
 from .progress import Cursor, SplitProgress
-from .stripes import RankOrder
 
 __all__ = ["Ledger"]
 
@@ -37,14 +37,14 @@ class Ledger:
         return [self.total - count for count in counts]
 
     def commit(self, updates: Mapping[int, SplitProgress]) -> None:
-        """Adopt the progress of a worker's splits: its slice was handed to the trainer."""
+        """Adopt the progress of a worker's splits: its share was handed to the trainer."""
         self.cursor.apply(updates)
 
     def lockstep(self, progress: Sequence[SplitProgress], *, split_length: int) -> tuple[SplitProgress, ...]:
         """``progress`` with every split of other ranks where lockstep training puts it.
 
         In synchronous training every rank hands out as many samples per step, each
-        in the same order (``core.stripes.RankOrder``: by level, then split). So
+        in the same order (``core.order.RankOrder``: by level, then split). So
         another rank has handed out, since the run started, as many samples as this
         rank's owned splits advanced in total, in its own order from its own start:
         that fixes each of its splits' count, a partial cycle and a lagged start

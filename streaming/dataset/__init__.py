@@ -3,11 +3,9 @@
 ``dataset`` is the facade users hold, ``build`` turns its settings into an engine,
 ``engine`` (iteration, the loaders' side) and ``positioned`` (the position and the
 state methods) are that engine, ``host`` declares what loaders may call on it and
-finds a facade's engine, ``striped`` cuts a process's samples per loader batch,
-``board`` posts the committed position to persistent workers, ``observe`` the
-peer's attributes, ``topology``/``torchrun`` the process group, ``watchdog`` what
-runs in worker processes. Imports ``core``, ``state``, ``read`` and the top-level
-``errors`` and ``_compat``.
+finds a facade's engine, ``observe`` the peer's attributes, ``topology``/``torchrun``
+the process group, ``jobplan`` one filter scan per job. Imports ``core``, ``state``,
+``read``, ``workers`` and the top-level ``errors`` and ``_compat``.
 """
 
 __all__: list[str] = []

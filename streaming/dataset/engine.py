@@ -11,7 +11,6 @@ position the trainer posted (``reset``).
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,26 +20,18 @@ from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Samples
 from ..core.options import Options, as_epoch
-from ..core.plan import worker_splits
 from ..core.progress import WorkerReport
 from ..core.stats import Counters
+from ..core.world import World
 from ..errors import EpochCompleteWarning
-from ..read import source
 from ..read.view import TableView
 from ..state.format import StreamState
-from . import striped, watchdog
-from .board import Board
+from ..workers import cut
+from ..workers.board import Board
+from ..workers.side import Shipped, WorkerSide
 from .positioned import Positioned
 
 __all__ = ["DatasetEngine"]
-
-
-def _worker_info() -> Any:
-    """torch's ``get_worker_info()``; imported here so that building an engine (the
-    command line plans tables with one) never imports torch."""
-    from torch.utils.data import get_worker_info
-
-    return get_worker_info()
 
 
 _LOG = logging.getLogger("streaming")
@@ -67,11 +58,9 @@ class DatasetEngine(Positioned):
         super().__init__(options, view, rank_splits, tag_snapshot=tag_snapshot, exact_splits=exact_splits)
         self._worker_info_override = worker_info_override
         self._counters = Counters()  # reads of this process's iterators
-        self._board: Board | None = None  # a persistent loader's pipes to its workers
-        self._loader_batch: tuple[int, bool] | None = None
-        """(batch size, columnar) of the loader starting an iterator: it wants ``Slice``s."""
-        self._iterating: tuple[int, tuple[int, ...]] = (0, ())
-        """(worker id, splits) of this process's iterator."""
+        self._side = WorkerSide()  # what a loader hands down; this process's place and shares
+        self._iterating: tuple[World, tuple[int, ...]] = (World(), ())
+        """(place, splits) of this process's iterator."""
 
     def describe_self(self) -> str:
         """The facade's ``repr``."""
@@ -85,66 +74,43 @@ class DatasetEngine(Positioned):
 
     # -- iteration ------------------------------------------------------------
 
-    def _worker(self) -> tuple[int, int]:
-        """(worker id, number of workers) of the process iterating this dataset."""
-        info, real = self._worker_info_override, _worker_info()
-        if real is not None:
-            source.check_fork_safety()
-            watchdog.watch_trainer(self._lifecycle.trainer_pid)
-        if info is not None and real is not None:
-            _LOG.warning(
-                "worker_info_override (worker %s of %s) takes precedence over DataLoader worker "
-                "%d of %d: this process reads the override's splits, so workers may read the "
-                "same rows or leave rows out; the override is a testing hook for iterating "
-                "without a DataLoader",
-                info.id,
-                info.num_workers,
-                real.id,
-                real.num_workers,
-            )
-        info = real if info is None else info
-        return (0, 1) if info is None else (int(info.id), int(info.num_workers))
-
     def iterate(self) -> Iterator[Any]:
         """The facade's ``iter()``: this rank's (or worker's) remaining samples."""
-        worker, num_workers = self._worker()
-        for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
-        if not for_loader and _worker_info() is None:  # a plain DataLoader's worker has none
-            self.supersede("iter(dataset)")
-        splits = self._rank_splits
-        if num_workers > 1:
-            splits = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=self.world_size)
-        self._iterating = (worker, tuple(splits))
-        stream = self._run(
-            splits, for_loader=for_loader, stripe=(worker, num_workers), batch=self._loader_batch
+        world = self._side.place(
+            self.rank,
+            self.world_size,
+            trainer_pid=self._lifecycle.trainer_pid,
+            override=self._worker_info_override,
         )
+        for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
+        if not for_loader and not world.in_worker:  # a plain DataLoader's worker has none
+            self.supersede("iter(dataset)")
+        splits = world.splits(self._rank_splits)
+        self._iterating = (world, tuple(splits))
+        stream = self._run(splits, world, for_loader=for_loader, shipped=self._side.shipped)
         iterator = Samples(stream, "iter(dataset)")
         self._lifecycle.live.hold(iterator)
         return iterator
 
     def _run(
-        self, splits: list[int], *, for_loader: bool, stripe: tuple[int, int], batch: tuple[int, bool] | None
+        self, splits: list[int], world: World, *, for_loader: bool, shipped: Shipped | None
     ) -> Generator[Any, None, None]:
         """The samples of ``splits`` from where the dataset stands at the first ``next()``
-        (for a loader: its ``Slice`` of every batch, worker ``stripe[0]`` of ``stripe[1]``)."""
+        (for a loader: this process's share of every batch)."""
         if not for_loader:  # a loader begins the iteration itself
             self.begin_iteration(stacklevel=5)
-        if self._board is not None:  # a persistent worker: the trainer's position now
-            posted = self._board.received(stripe[0])
-            if posted is not None:
-                self.reset(posted)
+        self._side.resume(world, self.reset)  # a persistent worker: the trainer's position now
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
-        elif batch is not None:  # a StreamingDataLoader moves an endless dataset on
-            batch_size, columnar = batch
-            pieces = striped.slices(
-                self.stripe(stripe[0], stripe[1], batch_size=batch_size),
+        elif shipped is not None:  # a StreamingDataLoader moves an endless dataset on
+            pieces = cut.cut_shares(
+                self.share_slots(world, batch_size=shipped.batch_size),
                 lambda sizes: self._stream(splits, sizes=sizes),
-                columnar=columnar,
+                columnar=shipped.columnar,
             )
-            yield from striped.messages(
+            yield from self._side.send(
                 pieces,
-                in_worker=_worker_info() is not None,
+                world,
                 report=self.worker_report,
                 row_bytes=lambda: stats.row_bytes([self._counters]),
             )
@@ -246,22 +212,21 @@ class DatasetEngine(Positioned):
 
     @contextmanager
     def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
-        """While a loader starts its iterator: iterators yield one ``Slice`` per batch of
+        """While a loader starts its iterator: iterators yield one ``Share`` per batch of
         ``batch_size`` (of columnar pieces with ``columnar``); a pickle for a worker
         process is the loader's, not a plain DataLoader's, and carries ``board`` (a
         persistent loader's pipes)."""
-        self._loader_batch, self._board = (batch_size, columnar), board
-        try:
-            with self._lifecycle.shipping():
-                yield
-        finally:
-            self._loader_batch, self._board = None, None
+        with (
+            self._side.shipping(batch_size=batch_size, columnar=columnar, board=board),
+            self._lifecycle.shipping(),
+        ):
+            yield
 
     def worker_report(self) -> WorkerReport:
         """In a worker process: the progress of the splits this worker's iterator owns."""
-        worker, splits = self._iterating
+        world, splits = self._iterating
         progress = dict(zip(splits, self._ledger.cursor.progress(splits), strict=True))
-        return WorkerReport(worker, os.getpid(), progress, self._counters.as_dict())
+        return self._side.report(world, progress, self._counters.as_dict())
 
     # -- persistent workers -----------------------------------------------------------
 
@@ -293,5 +258,5 @@ class DatasetEngine(Positioned):
         state["_worker_counters"] = {}
         for_child = _compat.pickling_for_child_process()
         state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
-        state["_board"] = self._board if for_child else None
+        state["_side"] = self._side.pickled(for_child=for_child)
         return state

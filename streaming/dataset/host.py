@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
     from ..read.view import TableView
     from ..state.format import StreamState
-    from .board import Board
+    from ..workers.board import Board
 
 __all__ = [
     "DatasetHost",
@@ -125,7 +125,7 @@ class LoaderHost(Protocol):
         self, *, batch_size: int, columnar: bool, board: Board | None = None
     ) -> AbstractContextManager[None]:
         """While a loader starts its batches: pickles are the loader's (those for new
-        workers carry ``board``), and the host's iterators yield one ``Slice`` per loader
+        workers carry ``board``), and the host's iterators yield one ``Share`` per loader
         batch of ``batch_size`` (of columnar pieces with ``columnar``)."""
         ...
 

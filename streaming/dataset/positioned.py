@@ -17,9 +17,10 @@ from ..core.balance import balanced
 from ..core.ledger import Ledger
 from ..core.lifecycle import Lifecycle
 from ..core.options import Options
+from ..core.order import RankOrder, ShareSlots
 from ..core.plan import EpochPlan
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
-from ..core.stripes import RankOrder, Stripe
+from ..core.world import World
 from ..read import source
 from ..read.view import TableView, open_view
 from ..state.compat import check_compatible
@@ -305,10 +306,10 @@ class Positioned:
         """Put the cursor back (``num_workers=0``: a batch that failed was never delivered)."""
         self._ledger.cursor.restore(mark)
 
-    def stripe(self, worker: int, workers: int, *, batch_size: int) -> Stripe:
-        """Worker ``worker`` of ``workers``: its share of each batch of ``batch_size`` this
-        rank yields from the committed position (package-internal, see ``striped``)."""
+    def share_slots(self, world: World, *, batch_size: int) -> ShareSlots:
+        """The slots of the share of ``world``'s worker in each batch of ``batch_size`` this
+        rank yields from the committed position (package-internal, see ``workers.cut``)."""
         samples, remaining = self._ledger.cursor.samples, self._ledger.remaining()
         starts = [samples[split] for split in self._rank_splits]
         ends = [samples[split] + remaining[split] for split in self._rank_splits]
-        return Stripe(RankOrder(starts, ends), worker, workers, batch_size)
+        return ShareSlots(RankOrder(starts, ends), world.worker, world.workers, batch_size)

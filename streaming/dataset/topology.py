@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.plan import worker_splits
+from ..core.world import World
 
 __all__ = ["agree", "draw_seed", "require_group", "simulated_splits", "topology"]
 
@@ -75,10 +75,10 @@ def simulated_splits(splits: Sequence[int], override: Any, *, world_size: int) -
     """
     if override is None:
         return list(splits)
-    worker, workers = int(override.id), int(override.num_workers)
-    if not 0 <= worker < workers:
+    place = World(world_size=world_size, worker=int(override.id), workers=int(override.num_workers))
+    if not 0 <= place.worker < place.workers:
         raise ValueError(
-            f"worker_info_override has id={worker} and num_workers={workers}; pass an id "
+            f"worker_info_override has id={place.worker} and num_workers={place.workers}; pass an id "
             f"from 0 to num_workers - 1 (and num_workers >= 1)"
         )
-    return worker_splits(splits, worker=worker, num_workers=workers, world_size=world_size)
+    return place.splits(splits)

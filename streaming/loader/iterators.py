@@ -13,20 +13,18 @@ from typing import Any, Protocol
 
 from ..core.lifecycle import Guarded
 from ..dataset.host import DatasetHost
-from . import transfer
+from ..workers import transfer
+from ..workers.shares import Shares, release
+from ..workers.worker import SentShare
 from .launch import Launch
 from .plain import PlainBatches
-from .shares import Shares, release
-from .worker import WorkerBatch
 
 __all__ = ["BatchIterator", "Committing", "IteratingLoader"]
 
 
 class IteratingLoader(Protocol):
-    """What a loader's iterators read of their loader (``StreamingDataLoader``)."""
-
-    num_workers: int
-    persistent_workers: bool
+    """What a loader's iterators read of their loader (``StreamingDataLoader``); its
+    settings come down through ``Launch``."""
 
     def __len__(self) -> int: ...
 
@@ -82,9 +80,9 @@ class BatchIterator(Guarded):
             release,
             self._batches,
             self._channel,
-            num_workers=self._loader.num_workers,
+            num_workers=self._launch.num_workers,
             reports=self._reports(),
-            keep=self._loader.persistent_workers,
+            keep=self._launch.persistent,
         )
 
     def _shares_of(self, batches: Iterator[Any]) -> Shares | PlainBatches:
@@ -120,14 +118,14 @@ class Committing(BatchIterator):
     def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
         return self._dataset.worker_counters
 
-    def _delivered(self, drawn: tuple[list[WorkerBatch], Any]) -> Any:
+    def _delivered(self, drawn: tuple[list[SentShare], Any]) -> Any:
         items, batch = drawn
         for item in items:
             if item.report is not None:
                 self._dataset.commit(item.report)
         return batch
 
-    def _draw(self) -> tuple[list[WorkerBatch], Any]:
+    def _draw(self) -> tuple[list[SentShare], Any]:
         """The next batch, moving an endless dataset into its next epoch when one ends."""
         while True:
             # num_workers=0: the dataset's own iterator moves the cursor as the batch is

@@ -21,14 +21,14 @@ from torch.utils.data import DataLoader
 
 from .. import _compat
 from ..core.lifecycle import Guarded
-from ..dataset import striped
-from ..dataset.board import Board
 from ..dataset.host import LoaderHost
-from . import plain, transfer
+from ..workers import cut, transfer
+from ..workers.board import Board
+from ..workers.shares import Gathering, Shares, release_kept
+from ..workers.supervisor import supervise
+from ..workers.worker import ReportingCollate, SentShare
+from . import plain
 from .plain import PlainBatches
-from .shares import Gathering, Shares, release_kept
-from .supervisor import supervise
-from .worker import ReportingCollate, WorkerBatch
 
 __all__ = ["PRELOAD", "Launch"]
 
@@ -58,14 +58,18 @@ class Launch:
         gathering: Gathering,
         columnar: bool,
         chosen_here: bool,
+        num_workers: int,
+        persistent: bool,
     ) -> None:
         self._loader_ref = weakref.ref(loader)  # weakly: see ``_loader``
         self._host = host
+        self.num_workers = num_workers  # the loader's checked settings, handed down
+        self.persistent = persistent and num_workers > 0  # workers kept between iterators
         self._collate, self._gathering, self._columnar = collate, gathering, columnar
         # a fork server the loader chose is preloaded; a context the user passed is left alone
         context = loader.multiprocessing_context
         self._preload = chosen_here and _PRELOAD_HERE and context.get_start_method() == "forkserver"
-        if self._preload and loader.num_workers > 0:  # its imports overlap whatever runs before iter()
+        if self._preload and num_workers > 0:  # its imports overlap whatever runs before iter()
             _compat.forkserver_preload(context, PRELOAD)
             multiprocessing.forkserver.ensure_running()
         self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
@@ -110,24 +114,24 @@ class Launch:
         single-process iterator would give them.
         """
         loader, host = self._loader, self._host
-        if plain.eligible(loader):
+        if plain.eligible(loader, num_workers=self.num_workers):
             self._collate.channel = None
             with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar):
                 items = plain.items(loader)
             return items, None, host.hold(iterator)
-        keep = loader.persistent_workers and loader.num_workers > 0
+        keep = self.persistent
         if keep and _compat.persistent_iterator(loader) is not None and self._board is not None:
             return self._restart_kept(), None, host.hold(iterator)
         if self._preload:
             _compat.forkserver_preload(loader.multiprocessing_context, PRELOAD)
         channel = self._channel()
-        board = Board(loader.multiprocessing_context, loader.num_workers) if keep else None
+        board = Board(loader.multiprocessing_context, self.num_workers) if keep else None
         with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board):
             batches = DataLoader.__iter__(loader)
         supervise(batches, description="iter(loader)")  # dead workers, semaphore names
         if keep:  # the workers, their pipes and their shared memory live as long as the iterator
             self._board = board
-            weakref.finalize(batches, release_kept, channel, board, num_workers=loader.num_workers)
+            weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
             channel = None
         return batches, channel, host.hold(iterator)
 
@@ -144,8 +148,8 @@ class Launch:
     def _channel(self) -> transfer.Channel | None:
         """The shared-memory channel of the batches about to start (set on the collate)."""
         loader, channel = self._loader, None
-        if loader.num_workers > 0 and self._columnar and transfer.available():
-            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * striped.BUNDLE_SLICES)
+        if self.num_workers > 0 and self._columnar and transfer.available():
+            channel = transfer.Channel.new(slots=((loader.prefetch_factor or 2) + 2) * cut.MESSAGE_SHARES)
         self._collate.channel = channel
         return channel
 
@@ -154,12 +158,12 @@ class Launch:
         columnar batches of the trainer's own process are finished as they come
         (``plain``), else every worker's shares are sorted and assembled."""
         loader = self._loader
-        if self._columnar and plain.eligible(loader):
+        if self._columnar and plain.eligible(loader, num_workers=self.num_workers):
             source = plain.uncollated(batches)
             return PlainBatches(source, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
-        return Shares(batches, workers=loader.num_workers)
+        return Shares(batches, workers=self.num_workers)
 
-    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[WorkerBatch], Any] | None:
+    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[SentShare], Any] | None:
         """The next batch of ``shares`` (see ``Gathering.gather``).
 
         Kept workers that failed (a dead worker, a batch that failed on arrival) are
@@ -173,6 +177,6 @@ class Launch:
         except StopIteration:
             raise
         except BaseException:
-            if self._loader.persistent_workers:  # kept workers may be dead or mid-batch: start new ones
+            if self.persistent:  # kept workers may be dead or mid-batch: start new ones
                 _compat.drop_persistent_iterator(self._loader)
             raise

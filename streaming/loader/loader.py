@@ -9,16 +9,18 @@ import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
 from ..core.lifecycle import Guarded
+from ..core.options import Options
 from ..core.plan import worker_splits
 from ..dataset import host as hosts
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
+from ..workers import seeding
+from ..workers.shares import Gathering, single
+from ..workers.worker import ReportingCollate, WorkerInit
 from . import frameworks
 from .iterators import Committing
 from .launch import Launch
 from .settings import EpochSampler, check_picklable, checked_keywords, start_method
-from .shares import Gathering, single
-from .worker import ReportingCollate, WorkerInit
 
 __all__ = ["StreamingDataLoader", "serves"]
 
@@ -38,6 +40,11 @@ def _check_dataset(dataset: object) -> StreamingDataset:
             "collate_fn= instead of overriding __iter__"
         )
     return dataset
+
+
+def _options_of(dataset: object) -> Options | None:
+    """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
+    return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
 
 
 _SERVED: dict[type, type[StreamingDataLoader]] = {}
@@ -155,9 +162,10 @@ class StreamingDataLoader(DataLoader[Any]):
             given["multiprocessing_context"] = start_method(multiprocessing_context)
         self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
         collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
+        collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
         torch_keywords: dict[str, Any] = {
             **given,
-            "batch_size": None,  # each item is one process's share of a batch (``Slice``)
+            "batch_size": None,  # each item is one process's share of a batch (``Share``)
             "collate_fn": collate,
             "drop_last": False,
             "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
@@ -165,6 +173,17 @@ class StreamingDataLoader(DataLoader[Any]):
         super().__init__(dataset, **torch_keywords)
         self._settle(dataset, given, collate=collate, finish=finish, columnar=columnar, here=chosen_here)
         self._len_counts = len_counts
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """As torch refuses ``batch_size`` after construction, ``num_workers`` is refused too:
+        the loader checked the split ownership for it and hands it to its workers."""
+        if name == "num_workers" and "_launch" in self.__dict__ and value != self.num_workers:
+            raise ValueError(
+                f"num_workers is fixed when a StreamingDataLoader is built (it was {self.num_workers}, "
+                f"got {value!r}): each worker's splits were checked for it; build a new "
+                f"StreamingDataLoader(dataset, num_workers={value!r}) instead"
+            )
+        super().__setattr__(name, value)
 
     def _collation(
         self, collate_fn: Callable[[Any], Any] | None, *, given: dict[str, Any], columnar: bool
@@ -207,7 +226,14 @@ class StreamingDataLoader(DataLoader[Any]):
         self._streaming = dataset  # the facade (or a registered kind's: a mixture)
         self._host: LoaderHost = self._engine_for(dataset)
         self._launch = Launch(
-            self, self._host, collate=collate, gathering=gathering, columnar=columnar, chosen_here=here
+            self,
+            self._host,
+            collate=collate,
+            gathering=gathering,
+            columnar=columnar,
+            chosen_here=here,
+            num_workers=given["num_workers"],
+            persistent=given["persistent_workers"],
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import _compat
-from .worker import WorkerBatch
+from ..workers.worker import SentShare
 
 __all__ = ["LABEL", "PlainBatches", "PlainItems", "eligible", "items", "uncollated"]
 
@@ -29,10 +29,11 @@ LABEL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 """What a torch profiler shows for each ``next()`` of a loader without workers."""
 
 
-def eligible(loader: DataLoader[Any]) -> bool:
-    """Whether ``loader``'s batches take the plain path: no workers, nothing pinned,
-    no ``timeout`` (torch refuses that without workers, and keeps doing so)."""
-    return loader.num_workers == 0 and not loader.pin_memory and loader.timeout == 0
+def eligible(loader: DataLoader[Any], *, num_workers: int) -> bool:
+    """Whether ``loader``'s batches take the plain path: no workers (``num_workers``, the
+    loader's setting), nothing pinned, no ``timeout`` (torch refuses that without
+    workers, and keeps doing so)."""
+    return num_workers == 0 and not loader.pin_memory and loader.timeout == 0
 
 
 class PlainItems(Iterator[Any]):
@@ -60,7 +61,7 @@ def items(loader: DataLoader[Any]) -> PlainItems:
 
 
 def uncollated(batches: Iterator[Any]) -> Iterator[Any]:
-    """The dataset's own items behind ``items``' (each a list of one ``Slice``)."""
+    """The dataset's own items behind ``items``' (each a list of one ``Share``)."""
     if not isinstance(batches, PlainItems):
         raise TypeError(f"expected the plain path's items, got {type(batches).__name__}")
     return batches.source
@@ -69,9 +70,9 @@ def uncollated(batches: Iterator[Any]) -> Iterator[Any]:
 class PlainBatches:
     """Whole columnar batches of the trainer's own process (``num_workers=0``).
 
-    Each item of the dataset's iterator is one ``Slice`` holding the batch's column
+    Each item of the dataset's iterator is one ``Share`` holding the batch's column
     pieces; ``next_batch`` finishes it into the batch (fresh tensors, as
-    ``default_collate`` gives). The dataset's cursor moved as the slice was cut,
+    ``default_collate`` gives). The dataset's cursor moved as the share was cut,
     which the loader's iterator puts back for a batch it does not deliver.
     """
 
@@ -81,7 +82,7 @@ class PlainBatches:
         self._source, self._finish = source, finish
         self._batch_size, self._drop_last = batch_size, drop_last
 
-    def next_batch(self) -> tuple[list[WorkerBatch], Any] | None:
+    def next_batch(self) -> tuple[list[SentShare], Any] | None:
         """The next batch (no shares to commit: the cursor is the committed one), or
         ``None`` for one not delivered: empty, or short under ``drop_last=True``.
 
@@ -93,7 +94,7 @@ class PlainBatches:
                 return self._next()
         return self._next()
 
-    def _next(self) -> tuple[list[WorkerBatch], Any] | None:
+    def _next(self) -> tuple[list[SentShare], Any] | None:
         (piece,) = next(self._source)
         if piece.count == 0 or (self._drop_last and piece.count < self._batch_size):
             return None

@@ -10,26 +10,24 @@ persistent worker loads the position the trainer posts (``reset``).
 from __future__ import annotations
 
 import dataclasses
-import os
 import warnings
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import numpy as np
-from torch.utils.data import get_worker_info
 
 from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Lifecycle, Samples
 from ..core.options import as_epoch
 from ..core.progress import SplitProgress, WorkerReport
-from ..dataset import striped, watchdog
-from ..dataset.board import Board
+from ..core.world import World
 from ..dataset.host import MixtureSource
-from ..dataset.striped import Slice
 from ..errors import EpochCompleteWarning
-from ..read import source
+from ..workers.board import Board
+from ..workers.cut import Share
+from ..workers.side import WorkerSide
 from .checks import check_fits
 from .read import RankStream, share_of
 from .schedule import MixPosition, Schedule, SourcePosition, batch_order, split_counts
@@ -63,8 +61,8 @@ class MixtureEngine:
         self.position = self.schedule.start({name: data.epoch for name, data in self.sources.items()})
         self.epoch = 0
         self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
-        self._loader_columnar: bool | None = None  # while a loader starts: its slices (of columns?)
-        self._board: Board | None = None  # a persistent loader's pipes to its workers
+        self._side = WorkerSide()  # what a loader hands down; this process's place and shares
+        self._world = World()  # the place of this process's iterator
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
 
     def _epoch_samples(self) -> dict[str, int]:
@@ -115,39 +113,33 @@ class MixtureEngine:
         closes an older one that has not finished (its later ``next()`` raises
         ``RuntimeError``).
         """
-        info = get_worker_info()
-        if info is not None:
-            source.check_fork_safety()
-            watchdog.watch_trainer(self._lifecycle.trainer_pid)
-        worker, workers = (0, 1) if info is None else (int(info.id), int(info.num_workers))
-        begin = not self._lifecycle.for_loader and info is None
+        first = next(iter(self.sources.values()))
+        world = self._side.place(first.rank, first.world_size, trainer_pid=self._lifecycle.trainer_pid)
+        self._world = world
+        begin = not self._lifecycle.for_loader and not world.in_worker
         if begin:
             self.supersede("iter(mixture)")
-        stream = self._samples((worker, workers), loader=self._loader_columnar, begin=begin)
-        if self._loader_columnar is not None:
+        shipped = self._side.shipped
+        stream = self._samples(world, loader=None if shipped is None else shipped.columnar, begin=begin)
+        if shipped is not None:
             counters = [data.counters for data in self.sources.values()]
-            stream = striped.messages(
-                stream,
-                in_worker=info is not None,
-                report=self.worker_report,
-                row_bytes=lambda: stats.row_bytes(counters),
+            stream = self._side.send(
+                stream, world, report=self.worker_report, row_bytes=lambda: stats.row_bytes(counters)
             )
         iterator = Samples(stream, "iter(mixture)")
         self._lifecycle.live.hold(iterator)
         return iterator
 
     def _samples(
-        self, share: tuple[int, int], *, loader: bool | None, begin: bool = False
+        self, world: World, *, loader: bool | None, begin: bool = False
     ) -> Generator[Any, None, None]:
         """This process's samples from the position at the first ``next()`` (``begin``:
         warn there if the epoch ended); for a loader (``loader`` says whether columnar),
-        its ``Slice`` of every batch, worker ``share[0]`` of ``share[1]``."""
+        its share of every batch (``world``: which worker of how many it is)."""
         if begin:
             self.begin_iteration(stacklevel=5)
-        posted = None if self._board is None else self._board.received(share[0])
-        if posted is not None:  # a persistent worker: the trainer's position now
-            self.reset(posted)
-        streams = {name: RankStream(data, name=name, share=share) for name, data in self.sources.items()}
+        self._side.resume(world, self.reset)  # a persistent worker: the trainer's position now
+        streams = {name: RankStream(data, name=name, world=world) for name, data in self.sources.items()}
         position, first = self.position, True
         try:
             while True:
@@ -158,10 +150,10 @@ class MixtureEngine:
                 items, where, size = share_of(step, streams, columnar=bool(loader))
                 order = self._order(position.step, size)
                 if loader is not None:
-                    if share[1] == 1:
+                    if world.workers == 1:
                         self.position = after  # the trainer's own process: the batch is handed out whole
                     slots = _slots(where, order, size)
-                    yield Slice(items if len(where) else None, slots, size, bool(loader), first)
+                    yield Share(items if len(where) else None, slots, size, bool(loader), first)
                     first = False
                 else:  # in a plain DataLoader's worker, its own samples of the batch, in order
                     samples = [items[i] for i in np.argsort(_slots(where, order, size), kind="stable")]
@@ -225,25 +217,20 @@ class MixtureEngine:
     @contextmanager
     def shipping(self, *, batch_size: int, columnar: bool, board: Board | None = None) -> Iterator[None]:
         """While a loader starts its iterator: the pickles (the sources' too) are the
-        loader's, and the iterators yield one ``Slice`` per batch (of columns with
+        loader's, and the iterators yield one ``Share`` per batch (of columns with
         ``columnar``): each process's share, read from its own splits of every source."""
-        del batch_size  # always the mixture's own
+        # batch_size is always the mixture's own
         with ExitStack() as stack:
             stack.enter_context(self._lifecycle.shipping())
             for data in self.sources.values():
                 stack.enter_context(data.shipping(batch_size=1, columnar=False))
-            self._loader_columnar, self._board = columnar, board
-            try:
-                yield
-            finally:
-                self._loader_columnar, self._board = None, None
+            stack.enter_context(self._side.shipping(batch_size=batch_size, columnar=columnar, board=board))
+            yield
 
     def worker_report(self) -> WorkerReport:
         """In a worker process: the read counters of its sources (package-internal)."""
-        info = get_worker_info()
-        worker = 0 if info is None else int(info.id)
         counters = stats.total([data.counters.as_dict() for data in self.sources.values()])
-        return WorkerReport(worker, os.getpid(), {}, counters)
+        return self._side.report(self._world, {}, counters)
 
     def commit_counters(self, report: WorkerReport) -> None:
         """Keep a worker's latest counters (package-internal: its share was delivered)."""
@@ -268,7 +255,7 @@ class MixtureEngine:
         state = dict(self.__dict__)
         for_child = _compat.pickling_for_child_process()
         state["_lifecycle"] = self._lifecycle.pickled(for_child=for_child)
-        state["_board"] = self._board if for_child else None
+        state["_side"] = self._side.pickled(for_child=for_child)
         state["_worker_counters"] = {}
         return state
 

@@ -19,7 +19,7 @@ from ..dataset.host import LoaderHost, MixtureHost
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
 from ..loader.loader import StreamingDataLoader, serves
-from ..loader.shares import Shares
+from ..workers.shares import Shares
 from .mixture import StreamingMixture
 
 __all__ = ["MixtureLoader"]
@@ -110,7 +110,7 @@ class _MixtureBatches(BatchIterator):
     def __init__(self, loader: MixtureLoader, launch: Launch, mixture: MixtureHost) -> None:
         super().__init__(loader, launch)
         self._mixture = mixture
-        self._workers = loader.num_workers
+        self._workers = launch.num_workers
 
     def _shares_of(self, batches: Iterator[Any]) -> Shares:
         """Every process's shares, sorted and assembled, with workers or without (the

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..core.plan import digest
+from ..core.world import World
 from ..read.reader import SplitReaders, Window, open_readers
 from ..read.rows import Rows
 from .schedule import Segment, Step
@@ -32,9 +33,9 @@ __all__ = ["RankStream", "share_of"]
 class RankStream:
     """Reads segments of one source for this rank, in order, opening each epoch's plan."""
 
-    def __init__(self, dataset: MixtureSource, *, name: str, share: tuple[int, int] = (0, 1)) -> None:
+    def __init__(self, dataset: MixtureSource, *, name: str, world: World | None = None) -> None:
         self._dataset = dataset
-        self._share = share  # (worker, workers): this process reads the splits at positions w, w + k, ...
+        self._place = world or World()  # this process reads the splits at positions w, w + k, ...
         self._salt = (digest("mixture source", name),)  # per-row generators differ by source
         self._splits = dataset.owned_splits()
         self._world = dataset.world_size
@@ -67,8 +68,7 @@ class RankStream:
 
     def _mine(self, index: int) -> bool:
         """Whether the split at position ``index`` of the rank's splits is this process's."""
-        worker, workers = self._share
-        return index % workers == worker
+        return self._place.owns(index)
 
     def _spans(self, segment: Segment) -> tuple[int, int, list[list[tuple[Window, int, int]]]]:
         """(first rank-local position, count, each split's spans; none for others' splits) of ``segment``."""
@@ -93,7 +93,7 @@ class RankStream:
     def _within(self, start: int, count: int) -> np.ndarray:
         """Offsets in a segment (from rank-local ``start``) of this process's samples."""
         local = np.arange(start, start + count)
-        worker, workers = self._share
+        worker, workers = self._place.worker, self._place.workers
         return (local - start)[(local % len(self._splits)) % workers == worker]
 
     def read(self, segment: Segment) -> tuple[list[Any], np.ndarray]:

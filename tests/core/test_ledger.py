@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from streaming.core.balance import balanced
 from streaming.core.ledger import Ledger
+from streaming.core.order import RankOrder, ShareSlots
 from streaming.core.progress import SplitProgress
-from streaming.core.stripes import RankOrder, Stripe
 
 
 def brute_order(starts: list[int], ends: list[int]) -> list[int]:
@@ -42,7 +42,7 @@ def test_stripes_cover_every_batch_once_and_follow_each_workers_order(ranges, wo
     starts, ends = ranges
     order = RankOrder(starts, ends)
     expected = brute_order(starts, ends)
-    stripes = [Stripe(order, worker, workers, batch) for worker in range(workers)]
+    stripes = [ShareSlots(order, worker, workers, batch) for worker in range(workers)]
     mine: list[list[int]] = [[] for _ in range(workers)]
     for index in range(order.batches(batch)):
         size = stripes[0].size(index)

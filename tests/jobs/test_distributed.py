@@ -49,7 +49,7 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
 
 
 def slot_segments() -> set[str]:
-    """Names of ``streaming.loader.transfer`` segments in /dev/shm this test run made
+    """Names of ``streaming.workers.transfer`` segments in /dev/shm this test run made
     (another job's are not judged)."""
     return shm_watch.ours({name for name in os.listdir("/dev/shm") if name.startswith("lsr")})
 

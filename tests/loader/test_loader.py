@@ -236,6 +236,16 @@ def test_refused_datasets(uri):
         StreamingDataLoader(Overriding(uri, num_splits=2))
 
 
+def test_num_workers_is_refused_after_construction(uri):
+    """torch's loader takes a new ``num_workers`` silently; ours checked each worker's splits
+    for the count it was built with, so another one is refused, naming the fix."""
+    loader = StreamingDataLoader(dataset(uri), batch_size=4, num_workers=2)
+    loader.num_workers = 2  # the same count: nothing changes
+    with pytest.raises(ValueError, match=r"num_workers is fixed .* \(it was 2, got 4\).*num_workers=4"):
+        loader.num_workers = 4
+    assert loader.num_workers == 2
+
+
 def test_fork_context_object_is_refused(uri):
     with pytest.raises(ValueError, match="fork"):
         StreamingDataLoader(

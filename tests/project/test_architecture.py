@@ -59,7 +59,7 @@ MADE_UP = [
     ("an import points up", {"core/made_up.py": "from streaming import StreamingMixture"}),
     ("an import points up", {"read/made_up.py": "from .. import dataset"}),
     ("an import points up", {"state/made_up.py": "from ..loader import loader"}),
-    ("an import points up", {"dataset/made_up.py": "import streaming.loader.worker"}),
+    ("an import points up", {"dataset/made_up.py": "import streaming.loader.launch"}),
     ("an import points up", {"read/made_up.py": "def f():\n    from streaming import __version__"}),
     (
         "an import points up",

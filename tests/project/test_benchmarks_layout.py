@@ -40,7 +40,7 @@ INTERNAL_ALLOWED = {
     ("suites/commit.py", "streaming.core.ledger"): "the suite times Ledger.commit itself, the trainer's "
     "per-batch bookkeeping, which no public call isolates",
     ("suites/commit.py", "streaming.core.progress"): "builds the SplitProgress reports Ledger.commit takes",
-    ("suites/transfer.py", "streaming.loader.transfer"): "the suite compares the shared-memory slots "
+    ("suites/transfer.py", "streaming.workers.transfer"): "the suite compares the shared-memory slots "
     "themselves with a pipe, outside any loader",
     ("cases/scenarios.py", "streaming.core.plan"): "'The pure plan at scale' times the plan at 1B rows, "
     "no table behind it; only the pure plan can be built without one",

@@ -14,7 +14,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "streaming"
 
-LAYERS = ("core", "state", "read", "dataset", "loader", "mixture", "app", "testing")
+LAYERS = ("core", "state", "read", "workers", "dataset", "loader", "mixture", "app", "testing")
 """Bottom to top; a module may import its own wing and the wings below it. ``testing``
 (the helpers users test their pipelines with) is above the application: nothing of the
 package, the root included, imports it, so ``import streaming`` never loads it."""
@@ -45,8 +45,8 @@ ACCESSORS = {"getattr", "setattr", "delattr", "hasattr"}
 DYNAMIC = {"import_module", "importlib.import_module", "__import__"}
 
 PRIVATE_MEMBERS_ALLOWED = {
-    ("loader/assembly.py", "first._fields"): "a namedtuple's documented field names",
-    ("loader/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
+    ("workers/assembly.py", "first._fields"): "a namedtuple's documented field names",
+    ("workers/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
     ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
     ("read/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
     (

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.dataset import watchdog
+from streaming.workers import watchdog
 
 from helpers import make_table
 

@@ -1,4 +1,4 @@
-"""One loader batch from its workers' slices: each value put in its slot.
+"""One loader batch from its workers' shares: each value put in its slot.
 
 Every worker sends its share of a batch already batched (tensors stacked along
 the first dimension, lists of strings, dicts of those: what ``default_collate``

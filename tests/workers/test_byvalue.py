@@ -12,7 +12,7 @@ import torch.multiprocessing
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.loader import byvalue
+from streaming.workers import byvalue
 
 from helpers import make_table
 

@@ -14,9 +14,8 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.dataset import striped
-from streaming.loader import transfer
 from streaming.loader.launch import PRELOAD
+from streaming.workers import cut, transfer
 
 from helpers import make_table
 
@@ -115,8 +114,8 @@ def test_a_ring_of_large_slots_is_capped_but_keeps_two():
 
 
 def test_the_loader_sizes_rings_from_prefetch_factor(uri):
-    """prefetch_factor + 2 messages a worker, each of up to BUNDLE_SLICES shares."""
-    for prefetch, slots in ((None, 4 * striped.BUNDLE_SLICES), (5, 7 * striped.BUNDLE_SLICES)):
+    """prefetch_factor + 2 messages a worker, each of up to MESSAGE_SHARES shares."""
+    for prefetch, slots in ((None, 4 * cut.MESSAGE_SHARES), (5, 7 * cut.MESSAGE_SHARES)):
         iterator = iter(loader(uri, 2, prefetch_factor=prefetch))
         next(iterator)  # an iterator starts its workers (and rings) at its first next()
         assert iterator._channel.slots == slots

@@ -1,11 +1,12 @@
-"""What crosses the worker boundary: each batch with its worker's progress, and the environment.
+"""What runs in each worker: each share finished and sent with its report, and the environment.
 
-Inside a DataLoader worker, ``torch.utils.data.get_worker_info().dataset`` is that
-worker's copy of the ``StreamingDataset``. The loader's collate wrapper runs right
-after the samples of a batch were drawn; it asks that copy for a ``WorkerReport``
-(the progress of the splits the worker owns) and sends it with the batch. The
-trainer's process applies the report when ``next()`` hands the batch over, so a
-batch that was prefetched and never handed over is never counted.
+A worker's iterator yields its shares several to a DataLoader message, each with
+the ``WorkerReport`` (the progress of the splits the worker owns) taken as it ended
+(``cut.grouped``). The loader's collate wrapper (``ReportingCollate``) finishes each
+share into a ``SentShare`` (collated, or its columns put in a shared-memory slot)
+that carries the report. The trainer's process applies the report when ``next()``
+hands the batch over, so a batch that was prefetched and never handed over is
+never counted.
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ import numpy as np
 
 from .. import _compat
 from ..core.progress import WorkerReport
+from ..core.world import World
 from . import byvalue, outputs, seeding, transfer
+from .side import find_world
 
 if TYPE_CHECKING:
-    from ..dataset.striped import Slice
+    from .cut import Share
 
-__all__ = ["ReportingCollate", "WorkerBatch", "WorkerInit"]
+__all__ = ["ReportingCollate", "SentShare", "WorkerInit"]
 
 
 @dataclass(frozen=True)
-class WorkerBatch:
+class SentShare:
     """One process's share of a loader batch and its worker's report (``None`` in the
     trainer's own process).
 
@@ -93,11 +96,11 @@ class WorkerBatch:
         if self.parcel is not None:
             transfer.done(self.parcel)
 
-    def pin_memory(self, device: str | None = None) -> WorkerBatch:
+    def pin_memory(self, device: str | None = None) -> SentShare:
         """Pin the share (called by the DataLoader's pin-memory thread); ``assembly``
         then builds the batch in pinned memory too."""
         batch = self.batch if self.raw or self.count == 0 else _compat.pin_memory(self.unwrap(), device)
-        return WorkerBatch(batch, self.report, self.slots, self.size, raw=self.raw)
+        return SentShare(batch, self.report, self.slots, self.size, raw=self.raw)
 
 
 def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -131,19 +134,27 @@ _REBUILT = (
 
 
 class ReportingCollate:
-    """Batches one ``Slice`` (a process's share of a loader batch) and attaches the
+    """Batches one ``Share`` (a process's share of a loader batch) and attaches the
     worker's report.
 
-    With ``columnar`` the slice holds column pieces (see ``assemble``), finished
+    With ``columnar`` the share holds column pieces (see ``assemble``), finished
     here without per-row work; in a worker its numeric columns go through the
     ``channel``'s shared-memory ring when one is set. With ``raw`` the samples
     travel as they are and the trainer collates the whole batch.
     """
 
-    def __init__(self, collate: Callable[[Any], Any], *, columnar: bool, raw: bool = False) -> None:
+    def __init__(
+        self,
+        collate: Callable[[Any], Any],
+        *,
+        columnar: bool,
+        raw: bool = False,
+        transforming: seeding.Transforming | None = None,
+    ) -> None:
         self.collate = collate
         self.columnar = columnar
         self.raw = raw
+        self.transforming = transforming  # what a seeding worker_init_fn is told about
         self.channel: transfer.Channel | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -154,42 +165,40 @@ class ReportingCollate:
             state["collate"] = None
         return state
 
-    def __call__(self, bundle: list[Slice]) -> list[WorkerBatch]:
-        """The shares of one message: a worker's slices of one or more batches, each
+    def __call__(self, message: list[Share]) -> list[SentShare]:
+        """The shares of one message: a worker's shares of one or more batches, each
         with the report taken as it ended (``None`` in the trainer's own process, whose
         cursor is already the committed one)."""
-        from torch.utils.data import get_worker_info
-
-        if bundle and not hasattr(bundle[0], "report"):
+        if message and not hasattr(message[0], "report"):
             raise TypeError(_REBUILT)
-        worker = get_worker_info()
-        return [self._share(item, worker) for item in bundle]
+        world = find_world()
+        return [self._share(item, world) for item in message]
 
-    def _share(self, item: Slice, worker: Any) -> WorkerBatch:
+    def _share(self, item: Share, world: World) -> SentShare:
         report = item.report
-        if item.first and worker is not None and self.channel is not None:
-            transfer.restart(self.channel, worker.id)  # a persistent worker's new iterator
-        share = functools.partial(WorkerBatch, slots=item.slots, size=item.size)
+        if item.first and world.in_worker and self.channel is not None:
+            transfer.restart(self.channel, world.worker)  # a persistent worker's new iterator
+        share = functools.partial(SentShare, slots=item.slots, size=item.size)
         if item.count == 0:
             return share(None, report)
         if self.raw:
             return share(item.items, report, raw=True)
         if not item.columnar:
             collated = outputs.collate(self.collate, item.items)  # errors name the key and sample
-            if worker is None:
+            if not world.in_worker:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
-            return share(batch, report, packed=packed, notice=seeding.notice(worker.dataset))
+            return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
         from ..read.assemble import finish, layout, to_tensors, wide_columns
         from ..read.spans import Spans
 
-        if worker is None:
+        if not world.in_worker:
             return share(finish(item.items), None)
         channel = self.channel
         shapes = layout(item.items) if channel is not None else {}
         claimed = None
         if channel is not None and shapes:
-            claimed = transfer.claim(channel, worker.id, shapes, varying=bool(wide_columns(item.items)))
+            claimed = transfer.claim(channel, world.worker, shapes, varying=bool(wide_columns(item.items)))
         if claimed is not None:  # numeric and wide columns are gathered straight into the slot
             targets = claimed[1]
             batch = finish(item.items, as_numpy=True, out=targets)
@@ -201,7 +210,7 @@ class ReportingCollate:
         batch = finish(item.items, as_numpy=True)
         if channel is not None and not shapes:  # where a claim failed, a send would fail too
             arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
-            parcel = transfer.send(channel, worker.id, arrays) if arrays else None
+            parcel = transfer.send(channel, world.worker, arrays) if arrays else None
             if parcel is not None:
                 rest = {key: None if key in arrays else value for key, value in batch.items()}
                 return share(rest, report, numpy=True, parcel=parcel)

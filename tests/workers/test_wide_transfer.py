@@ -1,5 +1,5 @@
 """Wide strings and binaries through the workers' shared-memory slots (read/spans.py,
-loader/transfer.py): the values written, the same batches at every worker count, and
+workers/transfer.py): the values written, the same batches at every worker count, and
 the pipe for a share that outgrows its slot."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.loader import transfer
+from streaming.workers import transfer
 
 ROWS = 96
 DELETED = (5, 40)  # 94 live rows: two splits of 47, none left out

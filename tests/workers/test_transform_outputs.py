@@ -14,7 +14,7 @@ import pytest
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset, StreamingMixture
-from streaming.loader.outputs import collate
+from streaming.workers.outputs import collate
 
 from helpers import make_table
 

@@ -1,6 +1,6 @@
 """Loader batches from the workers' messages: their shares sorted, assembled, released.
 
-A worker's message holds its shares of one or more batches (``dataset.striped``);
+A worker's message holds its shares of one or more batches (``cut``);
 ``Shares`` sorts them by worker until every worker's share of the next batch is in,
 and ``Gathering`` makes the batch of those shares (``assembly``), honouring
 ``drop_last`` and pinning what the trainer collated itself.
@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import _compat
 from ..core import stats
-from ..dataset.board import Board
 from . import assembly, transfer
-from .worker import WorkerBatch
+from .board import Board
+from .worker import SentShare
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]
 
@@ -28,11 +28,11 @@ class Shares:
 
     def __init__(self, batches: Iterator[Any], *, workers: int) -> None:
         self._batches = batches
-        self._queues: list[collections.deque[WorkerBatch]] = [
+        self._queues: list[collections.deque[SentShare]] = [
             collections.deque() for _ in range(max(1, workers))
         ]
 
-    def next_batch(self) -> list[WorkerBatch]:
+    def next_batch(self) -> list[SentShare]:
         """Every worker's share of the next batch, worker 0 first.
 
         Raises:
@@ -66,7 +66,7 @@ class Gathering:
     pin: bool = False
     pin_device: str | None = None
 
-    def gather(self, shares: Shares) -> tuple[list[WorkerBatch], Any] | None:
+    def gather(self, shares: Shares) -> tuple[list[SentShare], Any] | None:
         """The next batch: one share from each worker, assembled.
 
         Returns the shares (for their reports) and the batch, or ``None`` for a batch
@@ -93,7 +93,7 @@ class Gathering:
             batch = _compat.pin_memory(batch, self.pin_device)
         return items, batch
 
-    def _columns(self, shares: list[WorkerBatch], size: int) -> Any:
+    def _columns(self, shares: list[SentShare], size: int) -> Any:
         """The batch of columnar shares: numeric columns copied once, from the workers'
         shared-memory slots into the batch (then the slots are free again)."""
         from ..read.assemble import to_tensors

@@ -1,12 +1,12 @@
-"""The order of a rank's samples, and each worker's stripe of every batch. Pure.
+"""The order of a rank's samples, and where each worker's share of every batch sits. Pure.
 
 A rank's iterator hands out its splits' samples by *level* (a sample's index in
 its split), and inside a level in ascending split order: cycle after cycle, and
 after a resume from a partial cycle, the rest of that cycle first. With k
 workers, worker w reads only the splits at positions w, w + k, ... of the
 rank's splits, and each loader batch (rank samples [t * b, (t + 1) * b)) is
-assembled in the trainer from one *stripe* per worker: the worker's samples of
-that batch, in the same order, with their slots in the batch. So the batches
+assembled in the trainer from one *share* per worker: the worker's samples of
+that batch, in the same order, with their slots in the batch (``ShareSlots``). So the batches
 are the same for every worker count, and every batch ends at an exact position.
 
 ``RankOrder`` computes which split position each rank sample comes from without
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RankOrder", "Stripe"]
+__all__ = ["RankOrder", "ShareSlots"]
 
 _SLOTS_KEPT = 256
-"""Distinct stripes a ``RankOrder`` keeps worked out (one per place in a segment's period)."""
+"""Distinct slot sets a ``RankOrder`` keeps worked out (one per place in a segment's period)."""
 
 
 @dataclass(frozen=True)
@@ -126,8 +126,8 @@ class RankOrder:
 
 
 @dataclass(frozen=True)
-class Stripe:
-    """Worker ``worker`` of ``workers``: its slots in each batch of ``batch_size``.
+class ShareSlots:
+    """Worker ``worker`` of ``workers``: the slots of its share of each batch of ``batch_size``.
 
     The worker owns the split positions j with j % workers == worker.
     """

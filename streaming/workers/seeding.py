@@ -6,7 +6,10 @@ threads takes its draws in the order the threads happen to run, which changes
 from run to run: the seeding buys nothing. ``WorkerInit`` notes whether the
 user's function changed those generators; the worker's first batch then
 carries a notice, and the trainer's process raises it as
-``SeededTransformWarning`` (where the user's warning filters apply).
+``SeededTransformWarning`` (where the user's warning filters apply). What the
+notice needs of the dataset (its transform and threads, ``Transforming``) is
+worked out by the loader in the trainer and handed down with the collate
+function; nothing here reads a dataset.
 """
 
 from __future__ import annotations
@@ -14,15 +17,15 @@ from __future__ import annotations
 import random
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..dataset.dataset import StreamingDataset
-from ..dataset.host import dataset_engine
+from ..core.options import Options
 from ..errors import SeededTransformWarning
 
-__all__ = ["notice", "run_user_init", "warn"]
+__all__ = ["Transforming", "notice", "run_user_init", "transforming", "warn"]
 
 _worker = {"seeded_by": "", "told": False}  # this worker process's own record
 
@@ -47,25 +50,39 @@ def run_user_init(user: Callable[[int], None], worker_id: int) -> None:
         _worker["seeded_by"] = _name(user)
 
 
-def notice(dataset: Any) -> str | None:
-    """Once per worker: why its seeding does not make the transform's draws reproducible,
-    when ``worker_init_fn`` seeded a global generator and the transform runs on several
-    threads without ``transform_rng``; else ``None``. Only a ``StreamingDataset`` is
-    checked (through its engine's ``options``, see ``dataset.host``)."""
-    if not _worker["seeded_by"] or _worker["told"]:
-        return None
-    _worker["told"] = True
-    if not isinstance(dataset, StreamingDataset):
-        return None
-    options = dataset_engine(dataset).options
-    if options.transform is None or options.transform_rng:
+@dataclass(frozen=True)
+class Transforming:
+    """A dataset's transform that draws on several threads without ``transform_rng``."""
+
+    transform: str  # its name
+    threads: int
+
+
+def transforming(options: Options | None) -> Transforming | None:
+    """What a seeding ``worker_init_fn`` would make unreproducible in a dataset with
+    ``options`` (``None``: not a ``StreamingDataset``): its transform when it runs on
+    several threads without ``transform_rng``; else ``None``."""
+    if options is None or options.transform is None or options.transform_rng:
         return None
     threads = options.transform_threads
     if threads <= 1:
         return None
+    return Transforming(_name(options.transform), threads)
+
+
+def notice(risk: Transforming | None) -> str | None:
+    """Once per worker: why its seeding does not make the transform's draws reproducible,
+    when ``worker_init_fn`` seeded a global generator and the dataset's transform runs
+    on several threads without ``transform_rng`` (``risk``, from ``transforming``);
+    else ``None``."""
+    if not _worker["seeded_by"] or _worker["told"]:
+        return None
+    _worker["told"] = True
+    if risk is None:
+        return None
     return (
         f"worker_init_fn {_worker['seeded_by']} seeded the global random generators (numpy's, torch's "
-        f"or Python's), but the transform {_name(options.transform)} runs on {threads} threads in each "
+        f"or Python's), but the transform {risk.transform} runs on {risk.threads} threads in each "
         "worker (transform_parallelism), which draw from them in an order that changes from run to "
         "run: draws from the global generators are not reproducible. Pass transform_rng=True and "
         "draw from the per-row generators (the same on every run, topology and resume), or "
