@@ -26,10 +26,16 @@ from chaos_checks import Topology, Totals, account, replay_bound
 from chaos_procs import session_members, wait_gone
 from helpers import make_table
 
-# (seed, trial, kills): what the fixed draw of each case covers is asserted below
+# (seed, trial, kills): what the fixed draw of each case covers is asserted below. Draws with
+# few ranks (each rank and its fork server import torch: most of a case's time), and worker
+# processes in every run (so every kill leaves workers to be checked for):
+# - 3/50: 2 ranks x 1 worker, one rank killed; 1x1, the process group killed after a delete;
+#   1x2 finishes (checkpoints per rank, a filter);
+# - 6/10: 1x2 killed in a checkpoint write; 1x2, every rank killed; after an overwrite, 2x3
+#   finish, replaying a partial step (merged checkpoints).
 CASES = {
-    "one-rank-then-process-group": (2, 0, ("one", "group")),
-    "checkpoint-write-then-every-rank": (2, 1, ("checkpoint", "all")),
+    "one-rank-then-process-group": (3, 50, ("one", "group")),
+    "checkpoint-write-then-every-rank": (6, 10, ("checkpoint", "all")),
 }
 
 

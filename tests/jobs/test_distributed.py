@@ -30,7 +30,11 @@ def uri(tmp_path_factory) -> str:
 
 
 def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
-    """2x2 runs, checkpoints as JSON, exits; 4 ranks and 1 rank each resume exactly."""
+    """2x2 runs, checkpoints as JSON, exits; 4 ranks and 1 rank each resume exactly.
+
+    The 4 ranks load in-process (``num_workers=0``) and the 1 rank with 2 workers, so
+    a state written by worker processes resumes both with and without them; a resume
+    into one worker per rank is the other tests' (3 ranks x 1 worker)."""
     first = tmp_path / "first"
     launch(uri, first, 2, workers=2, batch=6, checkpoint_every=4, stop_after=8)
     records = delivered(first)
@@ -39,7 +43,7 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
     seed = seeds.pop()
     checkpoint = first / "checkpoint.json"
     assert json.loads(checkpoint.read_text())["step"] == 8
-    for world_size, workers, batch in ((4, 1, 3), (1, 2, 12)):
+    for world_size, workers, batch in ((4, 0, 3), (1, 2, 12)):
         second = tmp_path / f"resume{world_size}"
         launch(uri, second, world_size, workers=workers, batch=batch, resume=checkpoint)
         counts = Counter(ids(records) + ids(delivered(second)))
@@ -74,7 +78,8 @@ def test_sigkill_then_resume_from_the_last_checkpoint(uri, tmp_path):
     lost_work = ids([r for r in delivered(crashed) if r["step"] > saved_at])
     assert lost_work, "the kill should come after some uncheckpointed steps"
     resumed = tmp_path / "resumed"
-    launch(uri, resumed, 2, workers=2, batch=6, resume=crashed / "checkpoint.json")
+    # the same world size in-process: nothing but the lost work is replayed, whatever the workers
+    launch(uri, resumed, 2, workers=0, batch=6, resume=crashed / "checkpoint.json")
     after = ids(delivered(resumed))
     assert Counter(before + after) == planned(uri, 3)
     assert set(lost_work) <= set(after), "samples delivered after the checkpoint are replayed"
@@ -105,14 +110,15 @@ def test_gather_state_dict_needs_a_process_group(uri):
 def test_gather_at_every_step_including_the_last_round_resumes_with_equal_ranks(uri, tmp_path):
     """k=3 workers and a batch that ends no cycle: a checkpoint after every step, the
     last one in the epoch's last batch, merges and resumes on 3 ranks with equal lengths,
-    repeating at most one sample per new rank (a partial cycle split unevenly)."""
+    repeating at most one sample per new rank (a partial cycle split unevenly). The new
+    ranks load in-process: the bound is the same whatever their worker count."""
     first = tmp_path / "first"
     launch(uri, first, 2, workers=3, batch=7, checkpoint_every=1, stop_after=21, seed=9)
     checkpoint = json.loads((first / "checkpoint.json").read_text())
     assert checkpoint["step"] == 21, "a checkpoint at every step, the last before the epoch's last batch"
     before = Counter(ids(delivered(first)))
     second = tmp_path / "resumed"
-    launch(uri, second, 3, workers=1, batch=5, resume=first / "checkpoint.json")
+    launch(uri, second, 3, workers=0, batch=5, resume=first / "checkpoint.json")
     steps = Counter(record["step"] for record in delivered(second))
     assert set(steps.values()) == {3}, "every one of the 3 new ranks takes every step"
     total = before + Counter(ids(delivered(second)))
@@ -159,7 +165,7 @@ def test_replace_keeps_ranks_in_step_when_their_transforms_fail_on_different_row
 def test_endless_ranks_cross_epochs_at_the_same_step_and_resume_on_another_world_size(uri, tmp_path):
     """G15: two gloo ranks with two workers each train an endless dataset into its
     second epoch; every step has the same epoch on every rank; a checkpoint taken in
-    the second epoch resumes on three ranks, which finish it exactly and go on."""
+    the second epoch resumes on three ranks (in-process), which finish it exactly and go on."""
     options = {"batch": 6, "seed": 8, "endless": True}
     first = tmp_path / "first"
     launch(uri, first, 2, workers=2, checkpoint_every=1, stop_after=42, **options)
@@ -171,7 +177,7 @@ def test_endless_ranks_cross_epochs_at_the_same_step_and_resume_on_another_world
     # 12 splits of 25: a rank's 6 splits give 150 samples, 25 batches of 6 (any worker count)
     assert epochs[25] == {0} and epochs[26] == {1}, "an epoch is 25 steps on every rank"
     second = tmp_path / "second"
-    launch(uri, second, 3, workers=1, stop_after=56, resume=first / "checkpoint.json", **options)
+    launch(uri, second, 3, workers=0, stop_after=56, resume=first / "checkpoint.json", **options)
     resumed = delivered(second)
     assert set(Counter(record["step"] for record in resumed).values()) == {3}
     total = Counter(ids(records, epoch=1)) + Counter(ids(resumed, epoch=1))

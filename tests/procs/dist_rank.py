@@ -69,7 +69,8 @@ def main() -> None:
         endless=args.endless,
         follow_latest=args.follow_latest,
     )  # rank and world size come from the process group
-    loader = StreamingDataLoader(data, batch_size=args.batch, num_workers=args.workers, timeout=120)
+    timeout = 120 if args.workers else 0  # torch refuses a timeout without worker processes
+    loader = StreamingDataLoader(data, batch_size=args.batch, num_workers=args.workers, timeout=timeout)
     if resume:
         load_state_dict(loader, resume["state"])
     log = (args.out / f"rank{args.rank}.jsonl").open("a")
