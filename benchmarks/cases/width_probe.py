@@ -346,11 +346,9 @@ def read(spec: dict[str, Any]) -> dict[str, Any]:
     seen: list[np.ndarray] = []
     first_s = first_rows = 0.0
     for batch in items:
-        ids = _ids(batch)
+        ids = _checked_ids(batch, spec)
         if not seen:
             first_s, first_rows = time.perf_counter() - start, len(ids)
-        if spec["payload"] and spec["contender"] != "lance_takes":
-            _check_bytes(batch, ids, spec["payload"])
         seen.append(ids)
         del batch
     end = time.perf_counter()
@@ -369,12 +367,12 @@ def read(spec: dict[str, Any]) -> dict[str, Any]:
     _close(second)
     del second, loader
     peak_kib = watch.stop()
-    found = np.sort(np.concatenate(seen)) if seen else np.zeros(0, np.int64)
+    found = _sorted(seen)
     rows = len(found)
     if spec["contender"] == "lance_takes":  # whole 64-row blocks only: no row twice
         exact = bool(rows == len(np.unique(found)))
     else:
-        exact = bool(rows == spec["rows"] and np.array_equal(found, np.arange(spec["rows"])))
+        exact = _each_once(found, spec)
     exact = exact and exact_again
     return {
         "rows": rows,
@@ -393,16 +391,26 @@ def read(spec: dict[str, Any]) -> dict[str, Any]:
 def _whole_epoch(items: Iterator[Any], spec: dict[str, Any]) -> bool:
     """Read one more whole epoch (``epochs`` above 1: the same table read again, to compare peak
     RSS after as many rows as a larger table's one epoch); whether each id came once."""
-    seen = []
-    for batch in items:
-        ids = _ids(batch)
-        if spec["payload"]:
-            _check_bytes(batch, ids, spec["payload"])
-        seen.append(ids)
-        del batch
+    seen = [_checked_ids(batch, spec) for batch in items]
     _close(items)
-    found = np.sort(np.concatenate(seen)) if seen else np.zeros(0, np.int64)
-    return bool(np.array_equal(found, np.arange(spec["rows"])))
+    return _each_once(_sorted(seen), spec)
+
+
+def _checked_ids(batch: Any, spec: dict[str, Any]) -> np.ndarray:
+    """A batch's ids, its wide rows' bytes checked (raw takes read Arrow only: not checked)."""
+    ids = _ids(batch)
+    if spec["payload"] and spec["contender"] != "lance_takes":
+        _check_bytes(batch, ids, spec["payload"])
+    return ids
+
+
+def _sorted(seen: list[np.ndarray]) -> np.ndarray:
+    return np.sort(np.concatenate(seen)) if seen else np.zeros(0, np.int64)
+
+
+def _each_once(found: np.ndarray, spec: dict[str, Any]) -> bool:
+    """Every id of the table, once (``found`` sorted)."""
+    return bool(len(found) == spec["rows"] and np.array_equal(found, np.arange(spec["rows"])))
 
 
 PROBE_PRELOAD_SPEC = json.dumps({"action": "preload"})

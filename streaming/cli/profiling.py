@@ -81,6 +81,7 @@ def _found(
 ) -> LoaderProfile:
     """What was measured, as one value."""
     plan, stats = dataset.plan.settings, dataset.stats()
+    table = _handle(dataset, settings)
     return LoaderProfile(
         table_uri=dataset.table_uri,
         version=dataset.version,
@@ -101,9 +102,9 @@ def _found(
         worker_peak_bytes=timing.worker_peaks,
         requests=requests[0],
         requests_note=requests[1],
-        kind=_handle(dataset, settings).kind,
+        kind=table.kind,
         cache_dir=_cache_dir(settings),
-        plain_binary_columns=_plain_binary(_handle(dataset, settings)),
+        plain_binary_columns=_plain_binary(table),
     )
 
 
