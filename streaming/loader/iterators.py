@@ -16,6 +16,7 @@ from ..dataset.host import DatasetHost
 from ..workers import transfer
 from ..workers.shares import Shares, release
 from ..workers.worker import SentShare
+from .headstart import HeadStart
 from .launch import Launch
 from .plain import PlainBatches
 
@@ -44,9 +45,9 @@ class BatchIterator(Guarded):
         super().__init__("iter(loader)")
         self._loader, self._launch = loader, launch
         self._busy = False
-        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self._batches: Iterator[Any] | HeadStart | None = None  # begun at the first next()
         self._channel: transfer.Channel | None = None
-        self._shares: Shares | PlainBatches | None = None
+        self._shares: Shares | PlainBatches | HeadStart | None = None
         self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
@@ -85,7 +86,7 @@ class BatchIterator(Guarded):
             keep=self._launch.persistent,
         )
 
-    def _shares_of(self, batches: Iterator[Any]) -> Shares | PlainBatches:
+    def _shares_of(self, batches: Iterator[Any] | HeadStart) -> Shares | PlainBatches | HeadStart:
         """What ``_draw`` gathers the batches of ``batches`` from (``Launch.shares``)."""
         return self._launch.shares(batches)
 

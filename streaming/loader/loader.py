@@ -10,7 +10,6 @@ from torch.utils.data import DataLoader, default_collate, default_convert
 
 from ..core.lifecycle import Guarded
 from ..core.options import Options
-from ..core.plan import worker_splits
 from ..dataset import host as hosts
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
@@ -82,11 +81,13 @@ class StreamingDataLoader(DataLoader[Any]):
     older one then raises ``RuntimeError``. Leaving an epoch early and calling
     ``set_epoch`` is normal (see docs/lifecycle.md).
 
-    Worker w of k reads only the rank's splits at positions w, w + k, ... (the
-    rank's split count must be a multiple of ``num_workers``), and every batch is
-    assembled in the trainer from one share per worker: the batches are the same
-    for every ``num_workers`` (0 included), each row is read once, and the state
-    after any batch is exact. A ``collate_fn`` of the user's runs in the trainer on
+    Any ``num_workers`` works with any dataset: without a ``transform`` each of k
+    workers reads about 1/k of the rows of every window of the rank's splits (its
+    blocks of them), with one each worker owns whole splits (positions w, w + k,
+    ... of the rank's); every batch is assembled in the trainer from one share per
+    worker, so the batches are the same for every ``num_workers`` (0 included), each
+    row is read once, and the state after any batch is exact and resumes on any
+    worker count. A ``collate_fn`` of the user's runs in the trainer on
     the whole batch (it need not be picklable); ``default_collate`` runs in the
     workers on their shares. ``persistent_workers=True`` keeps the workers between
     iterators, each of which continues from the committed position;
@@ -112,8 +113,8 @@ class StreamingDataLoader(DataLoader[Any]):
             ``__iter__``.
         ValueError: a ``batch_size``, ``num_workers``, ``prefetch_factor`` or
             ``timeout`` out of range, an unknown ``len_counts``, ``in_order=False``,
-            ``drop_last=True`` with ``batch_size=None``, a fork context, or a
-            worker count that does not divide the rank's splits.
+            ``drop_last=True`` with ``batch_size=None``, or a fork context. Any
+            ``num_workers`` works with any dataset.
     """
 
     # Accelerator.prepare keeps this loader; save_state/load_state use its state_dict()
@@ -234,10 +235,14 @@ class StreamingDataLoader(DataLoader[Any]):
             chosen_here=here,
             num_workers=given["num_workers"],
             persistent=given["persistent_workers"],
+            head_start=self._head_start,
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
+
+    _head_start = True
+    """Whether the trainer draws the first batches while the workers start (``headstart``)."""
 
     def _accept(self, dataset: Any) -> Any:
         """The dataset, checked to be one this class iterates."""
@@ -252,12 +257,9 @@ class StreamingDataLoader(DataLoader[Any]):
         return hosts.dataset_engine(self._streaming)
 
     def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a batch size or worker count the dataset cannot serve."""
-        del batch_size
-        if num_workers > 0:
-            worker_splits(
-                dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
-            )
+        """Refuse a batch size or worker count the dataset cannot serve (a dataset serves
+        any of either: which worker reads which rows is the loader's business)."""
+        del dataset, batch_size, num_workers
 
     def _columnar_for(
         self, dataset: Any, *, collate_fn: Any, batch_size: int | None, batch_sampler: Any

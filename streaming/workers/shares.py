@@ -127,7 +127,7 @@ def release_kept(channel: transfer.Channel | None, board: Board | None, *, num_w
 
 
 def release(
-    batches: Iterator[Any],
+    batches: Any,
     channel: transfer.Channel | None,
     *,
     num_workers: int,
@@ -137,10 +137,15 @@ def release(
     """Shut down the workers of ``batches`` (unless the loader ``keep``s them), free their
     shared memory, and zero the gauges of their last ``reports`` (nothing of theirs is
     queued any more)."""
+    holder, started = batches, getattr(batches, "started", None)
     try:
-        if not keep:
+        if callable(started):  # a head start: its workers start on a thread (``loader.headstart``)
+            batches = started()
+        if not keep and batches is not None:
             _compat.shutdown_workers(batches)
     finally:
+        if holder is not batches:
+            holder.close()  # type: ignore[attr-defined]
         stats.idle(reports)
         if channel is not None:
             transfer.release(channel, num_workers=num_workers)
