@@ -96,6 +96,12 @@ class StreamingDataLoader(DataLoader[Any]):
     refused because Lance is not fork-safe. Workers see the trainer's environment
     as it is when they start.
 
+    With workers, ``iter(loader)`` starts them on a thread and the trainer draws the
+    first batches itself until they are up (``head_start=True``, the default; see
+    docs/workers.md): the first batch comes as soon as with ``num_workers=0``, and
+    the batches and states are the same. ``head_start=False`` starts the workers
+    first, as torch's DataLoader does (mixtures always do).
+
     ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` is the
     batches the next iteration really yields; ``"epoch"`` is the batches of this
     rank's whole epoch, what Lightning, Hugging Face ``transformers`` and
@@ -151,6 +157,7 @@ class StreamingDataLoader(DataLoader[Any]):
         pin_memory_device: str = "",
         in_order: bool = True,
         len_counts: str = "auto",
+        head_start: bool = True,
     ) -> None:
         dataset = self._accept(dataset)
         given = checked_keywords(locals())  # DataLoader's keywords, checked; len_counts too
@@ -172,7 +179,15 @@ class StreamingDataLoader(DataLoader[Any]):
             "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
         }
         super().__init__(dataset, **torch_keywords)
-        self._settle(dataset, given, collate=collate, finish=finish, columnar=columnar, here=chosen_here)
+        self._settle(
+            dataset,
+            given,
+            collate=collate,
+            finish=finish,
+            columnar=columnar,
+            here=chosen_here,
+            head_start=bool(head_start),
+        )
         self._len_counts = len_counts
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -210,10 +225,12 @@ class StreamingDataLoader(DataLoader[Any]):
         finish: Callable[[Any], Any] | None,
         columnar: bool,
         here: bool,
+        head_start: bool,
     ) -> None:
         """After DataLoader's ``__init__``: the user's ``batch_size`` and ``drop_last``, the
         epoch sampler, the engine, and the launch that starts and gathers the batches
-        (``here``: the start method was chosen by the loader, not the user)."""
+        (``here``: the start method was chosen by the loader, not the user; ``head_start``:
+        the user's keyword)."""
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", given["batch_size"])  # what the user asked for
         object.__setattr__(self, "drop_last", given["drop_last"])  # kept by the loader's iterator
@@ -235,7 +252,7 @@ class StreamingDataLoader(DataLoader[Any]):
             chosen_here=here,
             num_workers=given["num_workers"],
             persistent=given["persistent_workers"],
-            head_start=self._head_start,
+            head_start=self._head_start and head_start,
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 
