@@ -127,8 +127,12 @@ class Launch:
                 items = plain.items(loader)
             return items, None, host.hold(iterator)
         keep = self.persistent
-        if keep and _compat.persistent_iterator(loader) is not None and self._board is not None:
-            return self._restart_kept(), None, host.hold(iterator)
+        if keep and self._kept_alive():
+            try:
+                return self._restart_kept(), None, host.hold(iterator)
+            except RuntimeError:
+                if self._kept_alive():  # not a kept worker that died as it was restarted
+                    raise
         if self._preload:
             _compat.forkserver_preload(loader.multiprocessing_context, PRELOAD)
         channel = self._channel()
@@ -195,6 +199,26 @@ class Launch:
             keep=keep,
         )
         return ahead, None if keep else channel, own_iterator
+
+    def _kept_alive(self) -> bool:
+        """Whether the loader keeps workers and every one of them is alive.
+
+        A kept worker may die while no iterator waits on it (killed after it read ahead,
+        or after a newer iterator superseded the one it fed), or as they restart: then
+        the kept workers are stopped and forgotten here, and the caller starts new ones,
+        which begin where the host stands (the last batch handed to the loop), as after
+        any other ``iter()``. No batch of the new iterator was drawn yet, so nothing is
+        lost or repeated.
+        """
+        loader = self._loader
+        kept = _compat.persistent_iterator(loader)
+        if kept is None or self._board is None:
+            return False
+        if all(process.is_alive() for process in _compat.worker_processes(kept)):
+            return True
+        _compat.drop_persistent_iterator(loader)
+        self._board = None
+        return False
 
     def _restart_kept(self) -> Iterator[Any]:
         """``persistent_workers=True``, workers running: they start a new iterator, then load
