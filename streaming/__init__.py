@@ -10,8 +10,6 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cli.findings import LoaderProfile
-    from .cli.profiling import profile
     from .dataset.dataset import StreamingDataset
     from .distributed import gather_state_dict, load_state_dict, save_state_dict
     from .errors import (
@@ -32,6 +30,8 @@ if TYPE_CHECKING:
     from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
+    from .profiling.findings import LoaderProfile
+    from .profiling.run import profile
     from .read.blobs import BlobHandle
 
 __all__ = [
@@ -68,7 +68,7 @@ _HOMES = {
     "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
-    "LoaderProfile": ".cli.findings",
+    "LoaderProfile": ".profiling.findings",
     "PackingEstimateWarning": ".errors",
     "PartialStateWarning": ".errors",
     "SeededTransformWarning": ".errors",
@@ -86,7 +86,7 @@ _HOMES = {
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",
     "load_state_dict": ".distributed",
-    "profile": ".cli.profiling",
+    "profile": ".profiling.run",
     "save_state_dict": ".distributed",
 }
 

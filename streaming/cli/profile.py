@@ -46,9 +46,9 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Profile the loader and print what was measured, then the settings to change."""
+    from ..profiling.run import profile
     from ._common import storage_options
     from ._tables import open_table
-    from .profiling import profile
 
     settings: dict[str, Any] = {
         "num_splits": args.num_splits,

@@ -52,7 +52,8 @@ def profile(
     this process (``num_workers=0``); elsewhere ``requests`` is ``None`` and
     ``requests_note`` says why.
     """
-    from .. import StreamingDataLoader, StreamingDataset
+    from ..dataset.dataset import StreamingDataset
+    from ..loader.loader import StreamingDataLoader
 
     if batches < 1:
         raise ValueError(f"batches must be 1 or more, got {batches}; pass batches=100, say")
