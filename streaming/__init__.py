@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .dataset.dataset import StreamingDataset
-    from .distributed import gather_state_dict, load_state_dict, save_state_dict
+    from .distributed import gather_state_dict, gather_stats, load_state_dict, save_state_dict
     from .errors import (
         CacheUnusedWarning,
         CacheWarning,
@@ -56,6 +56,7 @@ __all__ = [
     "TransformErrorWarning",
     "UnownedSplitsWarning",
     "gather_state_dict",
+    "gather_stats",
     "load_state_dict",
     "profile",
     "save_state_dict",
@@ -85,6 +86,7 @@ _HOMES = {
     "TransformErrorWarning": ".errors",
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",
+    "gather_stats": ".distributed",
     "load_state_dict": ".distributed",
     "profile": ".profiling.run",
     "save_state_dict": ".distributed",
