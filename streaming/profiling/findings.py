@@ -1,24 +1,21 @@
 """What ``streaming.profile`` found: the measurements (``LoaderProfile``), the report
-``lance-streaming profile`` prints, and the settings to change, each with the measured
-number behind it."""
+``lance-streaming profile`` prints, and the advice: only changes that were tried on
+the same table and beat the user's own settings by more than their run-to-run noise,
+each printed with its measured before and after."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+
+from .measure import FITS, PAST
+from .trials import Noise, Tried
 
 __all__ = ["LoaderProfile", "advise", "report"]
 
 KEEPS_UP = 0.10
 """Below this share of the loop spent waiting for data, the loader keeps up."""
-MANY_REQUESTS = 10.0
-"""Requests per 1,000 rows above which a remote table's blocks are too small."""
-SMALL_REMOTE_BLOCK = 1024
-"""block_rows below which a remote table's reads are many small requests."""
-SLOW_START_S = 5.0
-"""A first batch slower than this is worth a smaller first read."""
 LARGE_ROW = 256 * 1024
-"""Bytes per row above which inline binary columns should be blob-encoded."""
+"""Bytes per row above which inline binary columns are worth storing blob-encoded."""
 
 
 @dataclass(frozen=True)
@@ -43,11 +40,19 @@ class LoaderProfile:
     """From the first batch to the last one measured."""
     wait_seconds: float
     """Time the trainer spent inside ``next()`` after the first batch: waiting for data."""
+    window: str
+    """``"past"``: the run read past the first shuffle windows, so reading is in the rate;
+    ``"fits"``: the rank's rows fit in one window, read before the first batch, so the rate
+    is from memory; ``"short"``: the run ended (epoch or time) inside the first windows."""
+    first_window_rows: int
     stats: dict[str, float] = field(repr=False)
-    """``dataset.stats()`` after the loop: read, transform and convert seconds, bytes, rows."""
+    """``dataset.stats()`` after the run: reads, transforms, conversion, and the loop's waits."""
     trainer_peak_bytes: int
+    """The trainer's own high-water mark (``VmHWM``) during the run."""
+    trainer_peak_reset: bool
+    """False where the mark could not be reset at the start: then it is the process's peak."""
     worker_peak_bytes: tuple[int, ...]
-    """Peak resident memory of each worker process (empty without workers or without /proc)."""
+    """Each worker process's own high-water mark (empty without workers or without /proc)."""
     requests: int | None
     """Read requests to the table's storage; ``None``: not countable from this process."""
     requests_note: str
@@ -57,6 +62,12 @@ class LoaderProfile:
     cache_dir: str | None
     plain_binary_columns: tuple[str, ...]
     """Binary columns stored inline (not blob-encoded)."""
+    noise: Noise | None = None
+    """The run-to-run spread of the user's settings, measured beside the tries."""
+    tried: tuple[Tried, ...] = ()
+    """Each change tried, with its run and verdict."""
+    tries_note: str = ""
+    """Why nothing was tried, where nothing was."""
 
     @property
     def remote(self) -> bool:
@@ -84,13 +95,21 @@ class LoaderProfile:
         rows = self.stats.get("rows_read", 0)
         return None if self.requests is None or not rows else 1000.0 * self.requests / rows
 
+    @property
+    def advised(self) -> tuple[Tried, ...]:
+        """The changes that helped, most useful first: faster ones by their gain in rows/s,
+        then those that only start sooner."""
+        faster = sorted((t for t in self.tried if t.verdict == "faster"), key=lambda t: -t.rate_gain)
+        sooner = sorted((t for t in self.tried if t.verdict == "starts sooner"), key=lambda t: -t.first_gain)
+        return (*faster, *sooner)
+
     def report(self) -> list[str]:
         """The measured numbers as the lines ``lance-streaming profile`` prints."""
         return report(self)
 
     def advice(self) -> list[str]:
-        """The settings to change, each with the measured number behind it (most useful
-        first); a single line saying so when the loader keeps up with the training step."""
+        """The changes to make, each tried and measured (most useful first), or one line
+        saying that none helped or none is needed."""
         return advise(self)
 
 
@@ -102,9 +121,12 @@ def _per_1k(seconds: float, rows: float) -> float:
     return 1000.0 * seconds / rows if rows else 0.0
 
 
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:,.2f} ms"
+
+
 def report(result: LoaderProfile) -> list[str]:
     """The measured numbers, one fact per line."""
-    workers = ", ".join(_size(peak) for peak in result.worker_peak_bytes) or "none measured"
     requests = result.requests_per_1k_rows
     counted = "not known" if requests is None else f"{requests:,.1f} per 1,000 rows"
     return [
@@ -116,15 +138,36 @@ def report(result: LoaderProfile) -> list[str]:
         f"({result.open_seconds:.2f} s of it opening and planning the table)",
         f"after it: {result.batches - 1} batches, {result.rows:,} rows in {result.loop_seconds:.3f} s: "
         f"{result.rows_per_second:,.0f} rows/s, {result.batches_per_second:,.1f} batches/s",
+        _window(result),
         *_costs(result),
-        f"peak memory: trainer {_size(result.trainer_peak_bytes)}; workers {workers}",
+        _waits(result),
+        _memory(result),
         f"requests: {counted} ({result.requests_note})",
-        *_short_run(result),
+        *_tries(result),
     ]
 
 
+def _window(result: LoaderProfile) -> str:
+    first = f"{result.first_window_rows:,} rows"
+    if result.window == PAST:
+        return f"rate: past the first shuffle windows ({first}, read before the first batch): reads are in it"
+    if result.window == FITS:
+        return (
+            f"rate: from memory: the table fits in one shuffle window ({first} for this rank, all read "
+            "before the first batch), so no read is left for the loop; a larger table reads while it runs"
+        )
+    return (
+        f"rate: mostly from memory: the run ended inside the first shuffle windows ({first}, read before "
+        "the first batch)"
+    )
+
+
 def _costs(result: LoaderProfile) -> list[str]:
-    stats, rows_read, delivered = result.stats, result.stats.get("rows_read", 0), _delivered(result)
+    stats, rows_read, delivered = (
+        result.stats,
+        result.stats.get("rows_read", 0),
+        result.stats["rows_delivered"],
+    )
     per_row = "s per 1,000 rows delivered"
     return [
         "where the time goes (summed over threads and processes):",
@@ -137,113 +180,107 @@ def _costs(result: LoaderProfile) -> list[str]:
     ]
 
 
-def _short_run(result: LoaderProfile) -> list[str]:
-    if result.stats.get("windows_read", 0) > 2 * result.num_splits:
+def _waits(result: LoaderProfile) -> str:
+    stats = result.stats
+    quantiles = ", ".join(f"{name} {_ms(stats[f'wait_{name}_seconds'])}" for name in ("p50", "p95", "p99"))
+    workers = sorted(name for name in stats if name.startswith("wait_worker_"))
+    shares = ", ".join(f"worker {name.split('_')[2]} {stats[name]:.3f} s" for name in workers)
+    return (
+        f"waits for a batch (stats()): {quantiles}, longest {_ms(stats['wait_longest_seconds'])}; "
+        f"{stats['wait_seconds']:.3f} s in all over {int(stats['wait_batches'])} batches "
+        f"({stats['wait_first_seconds']:.3f} s of it the first)"
+        + (f"; waiting on {shares}" if shares else "")
+    )
+
+
+def _memory(result: LoaderProfile) -> str:
+    since = "during the run" if result.trainer_peak_reset else "since the trainer started"
+    workers = ", ".join(_size(peak) for peak in result.worker_peak_bytes)
+    if not workers:
+        workers = "none (num_workers=0)" if result.num_workers == 0 else "not readable (no /proc)"
+    return (
+        "peak memory (each process's own high-water mark, VmHWM): "
+        f"trainer {_size(result.trainer_peak_bytes)} {since}; workers {workers}"
+    )
+
+
+def _tries(result: LoaderProfile) -> list[str]:
+    if result.noise is None:
+        return [f"tried: nothing ({result.tries_note})"]
+    noise = result.noise
+    lines = [
+        f"tried on this table, against {len(noise.rates)} more runs of your settings "
+        f"({noise.rate_median:,.0f} rows/s, first batch {_s(noise.first_median)}; run-to-run noise "
+        f"{100 * noise.rate:.0f}% in rows/s and {100 * noise.first:.0f}% in the first batch; a change "
+        f"counts above {100 * noise.rate_margin:.0f}% and {100 * noise.first_margin:.0f}%):"
+    ]
+    lines += [f"  {_tried(tried, noise)}" for tried in result.tried]
+    lines += _not_tried(result)
+    return lines
+
+
+def _tried(tried: Tried, noise: Noise) -> str:
+    if tried.measured is None:
+        return f"{tried.candidate.label}: {tried.verdict}: {tried.error}"
+    return f"{tried.candidate.label}: {_before_after(tried, noise)}: {tried.verdict}"
+
+
+def _before_after(tried: Tried, noise: Noise) -> str:
+    run = tried.measured
+    assert run is not None
+    return (
+        f"{noise.rate_median:,.0f} -> {run.rows_per_second:,.0f} rows/s ({tried.rate_gain:.2f}x), "
+        f"first batch {_s(noise.first_median)} -> {_s(run.first_batch_seconds)}"
+    )
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds:.3f} s"
+
+
+def _not_tried(result: LoaderProfile) -> list[str]:
+    rows = result.stats.get("rows_read", 0)
+    per_row = result.stats["bytes_read"] / rows if rows else 0.0
+    if per_row < LARGE_ROW or not result.plain_binary_columns:
         return []
     return [
-        f"note: the run read {int(result.stats.get('windows_read', 0))} shuffle windows for "
-        f"{result.num_splits} splits (the first of each before the first batch, then read-ahead), so "
-        "steady-state reading is barely in these numbers; draw more batches (--batches) to measure it"
+        f"  not tried: blob encoding of {', '.join(result.plain_binary_columns)} (rows average "
+        f"{_size(per_row)}, stored inline): it needs the table written again with lance-encoding:blob "
+        "(docs/multimodal.md); try it on a copy of part of the table with this command"
     ]
 
 
 def advise(result: LoaderProfile) -> list[str]:
-    """The settings to change, most useful first; one line saying so when none is needed."""
+    """The changes to make, most useful first, each with its measured before and after."""
     if result.step_seconds > 0 and result.wait_share < KEEPS_UP:
         return [
             f"the loader keeps up: the trainer waits for data {100 * result.wait_share:.0f}% of the "
             f"loop with a {1000 * result.step_seconds:.0f} ms step; no setting needs to change"
         ]
-    found = _stage_advice(result) + _start_advice(result) + _blob_advice(result)
-    if not found and result.num_workers > 0:
-        found.append(
-            "batch_size or num_workers=0: reading and transforms take little time per row, so the wait "
-            "is in handing batches over from the workers; larger batches, or no workers, hand over less often"
-        )
-    if not found:
-        found.append("no setting stands out: reading and turning rows into samples cost little per row")
-    if result.step_seconds <= 0:
-        found.insert(
-            0,
-            f"no training step was given (--step-ms): {result.rows_per_second:,.0f} rows/s is the "
-            "loader's ceiling here; give your step's time to see whether the trainer would wait, and "
-            "if it would, change what follows",
-        )
-    else:
-        found.insert(
-            0,
-            f"the loader is the bottleneck: the trainer waits for data {100 * result.wait_share:.0f}% "
-            f"of the loop with a {1000 * result.step_seconds:.0f} ms step",
-        )
-    return found
+    if result.noise is None:
+        return [f"nothing advised: no setting was tried ({result.tries_note})"]
+    advised = result.advised
+    if not advised:
+        return [_nothing_helped(result)]
+    return [_advice(tried, result.noise) for tried in advised]
 
 
-def _delivered(result: LoaderProfile) -> float:
-    """Rows delivered in the run: a transform runs only on rows the loop reaches (and a few
-    batches ahead), where reads fill whole windows ahead."""
-    return result.stats.get("rows_delivered", 0)
+def _advice(tried: Tried, noise: Noise) -> str:
+    candidate = tried.candidate
+    caveat = f" ({candidate.caveat})" if candidate.caveat else ""
+    return f"{candidate.label}: {_before_after(tried, noise)}, {tried.verdict}: {candidate.why}{caveat}"
 
 
-def _stage_advice(result: LoaderProfile) -> list[str]:
-    stats = result.stats
-    reading = _per_1k(stats["read_seconds"], stats.get("rows_read", 0))
-    transforming = _per_1k(stats["transform_seconds"] + stats["convert_seconds"], _delivered(result))
-    more = max(2, 2 * result.num_workers)
-    cpus = os.cpu_count() or 1
-    if transforming > reading:
-        return [
-            f"num_workers: turning rows into samples takes {transforming:.3f} s per 1,000 rows "
-            f"against {reading:.3f} s reading; each worker runs the transform in parallel: try "
-            f"num_workers={min(more, cpus)} (or transform_parallelism for a transform that frees the GIL)"
-        ]
-    found = []
-    requests = result.requests_per_1k_rows
-    if result.remote and (
-        (requests is not None and requests > MANY_REQUESTS) or result.block_rows < SMALL_REMOTE_BLOCK
-    ):
-        measured = f"{requests:.1f} requests per 1,000 rows" if requests is not None else "small blocks"
-        found.append(
-            f"block_rows: {measured} with block_rows={result.block_rows}; each block is one request "
-            f"to the storage, so raise block_rows (say {4 * result.block_rows}) and "
-            "shuffle_buffer_size with it"
+def _nothing_helped(result: LoaderProfile) -> str:
+    per_batch = result.loop_seconds / max(1, result.batches - 1)
+    if result.step_seconds > 0:
+        return (
+            f"no setting tried made the loader faster; the trainer waits for data "
+            f"{100 * result.wait_share:.0f}% of the loop at {1000 * result.step_seconds:.0f} ms a step, "
+            f"a batch every {_ms(per_batch)} in all"
         )
-    if result.kind == "bucket" and result.cache_dir is None:
-        found.append(
-            "cache_dir: every epoch and every resume reads this table from object storage again; a "
-            "cache_dir on a local disk keeps what the first epoch read (see docs/object-storage.md)"
-        )
-    if result.num_workers < cpus:
-        found.append(
-            f"num_workers: reading takes {reading:.3f} s per 1,000 rows; more worker processes read in "
-            f"parallel: try num_workers={min(more, cpus)}"
-        )
-    return found
-
-
-def _start_advice(result: LoaderProfile) -> list[str]:
-    if result.first_batch_seconds < SLOW_START_S:
-        return []
-    remote = (
-        " together with a smaller block_rows (on a remote table a window is at least one block per "
-        "split, so a smaller shuffle_buffer_size alone changes nothing)"
-        if result.remote
-        else ""
+    return (
+        f"no setting tried made the loader faster; it is not the bottleneck at {_ms(per_batch)} a step "
+        f"or more (it hands over a batch every {_ms(per_batch)} here, with no training step given: "
+        "--step-ms)"
     )
-    return [
-        f"shuffle_buffer_size: the first batch took {result.first_batch_seconds:.1f} s; the first read "
-        f"fills a shuffle window (shuffle_buffer_size={result.shuffle_buffer_size}); a smaller one starts "
-        f"sooner{remote}, at some cost in mixing (docs/object-storage.md)"
-    ]
-
-
-def _blob_advice(result: LoaderProfile) -> list[str]:
-    rows = result.stats.get("rows_read", 0)
-    per_row = result.stats["bytes_read"] / rows if rows else 0.0
-    if per_row < LARGE_ROW or not result.plain_binary_columns:
-        return []
-    names = ", ".join(result.plain_binary_columns)
-    return [
-        f"blob encoding: rows average {_size(per_row)} and {names} stored inline; store large binaries "
-        "with blob encoding (lance-encoding:blob, see docs/multimodal.md) so reads fetch them in "
-        "batched reads and memory stays bounded"
-    ]

@@ -1,31 +1,35 @@
-"""``streaming.profile``: measure a loader on the user's own table and settings.
+"""``streaming.profile``: measure a loader on the user's own table and settings, then
+try the changes worth trying on the same table and keep those that helped.
 
 It builds the ``StreamingDataset`` and ``StreamingDataLoader`` the user would, draws
 batches as a trainer does (optionally spending ``step_seconds`` per batch, standing in
-for the training step), and reports what it measured: the time to the first batch,
-rows and batches per second after it, where the time went (the dataset's ``stats()``
-counters, summed over its threads and worker processes, and the trainer's own waits
-in ``next()``), peak memory per process, and the read requests per 1,000 rows where
-this process can count them, as a ``LoaderProfile`` (``findings.py``), which also says
-which settings to change; ``lance-streaming profile`` prints both.
+for the training step) until it has read past the first shuffle windows, and reports
+what it measured (``measure.py``): the first batch, rows and batches per second after
+it, where the time went (``stats()``: reads, transforms, the loop's waits for each
+batch at p50/p95/p99 and each worker's part), each process's own peak memory, and
+the read requests per 1,000 rows where this process can count them. Then it runs each
+candidate change (``trials.py``) for as many rows, beside two more runs of the user's
+settings that measure the run-to-run noise, and advises only what beat that noise
+(``findings.py``).
 """
 
 from __future__ import annotations
 
 import os
-import resource
 import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from .findings import LoaderProfile
+from . import trials
+from .findings import KEEPS_UP, LoaderProfile
+from .measure import Measured, measure
 
 __all__ = ["LoaderProfile", "profile"]
 
-_PAGE = 1024  # /proc reports KiB
+TRY_SECONDS = 0.2
+"""Each try (and each run of the user's settings beside them) runs at least this long (or
+to the epoch's end), for as many rows as the measured run at least."""
 
 
 def profile(
@@ -36,182 +40,171 @@ def profile(
     batches: int = 100,
     step_seconds: float = 0.0,
     progress: bool | None = None,
+    tries: bool | Collection[str] = True,
     **settings: Any,
 ) -> LoaderProfile:
     """Measure ``StreamingDataLoader(StreamingDataset(table, **settings), batch_size=...,
-    num_workers=...)`` over ``batches`` batches (fewer if the epoch ends first).
+    num_workers=...)``, then try the changes worth trying and advise those that helped.
 
-    ``settings`` are ``StreamingDataset``'s keywords (``num_splits``, ``block_rows``,
-    ``shuffle_buffer_size``, ``transform``, ``storage_options``, ``cache_dir``, ...).
-    ``step_seconds`` is spent after each batch, as a training step would (without it
-    the trainer only waits, and rows/s is the loader's ceiling). ``progress`` shows a
-    bar on stderr (``None``: when stderr is a terminal).
+    The measured run draws ``batches`` batches and goes on until the loop has read
+    past the first shuffle windows (read before the first batch: a rate inside them
+    is a rate from memory), unless the table fits in one window (``window`` says
+    which) or the epoch ends. ``settings`` are ``StreamingDataset``'s keywords
+    (``num_splits``, ``block_rows``, ``shuffle_buffer_size``, ``transform``,
+    ``storage_options``, ``cache_dir``, ...). ``step_seconds`` is spent after each
+    batch, as a training step would (without it the trainer only waits, and rows/s
+    is the loader's ceiling). ``progress`` shows a bar on stderr (``None``: when
+    stderr is a terminal).
+
+    With ``tries=True`` (unless the loader already keeps up with the step), each
+    candidate change (other worker counts, a larger batch, larger blocks, a smaller
+    shuffle buffer, a local cache for a bucket's table) runs for as many rows on the
+    same table, between three more runs of the user's settings whose spread is the
+    run-to-run noise. ``advice()`` names only changes that beat the user's settings
+    by more than that noise (and 5%), with before and after; a change the package
+    refuses (a worker count the plan cannot serve, say) is reported as refused.
+    ``tries`` may instead name the keywords whose changes to try (``()``: none, the
+    three runs of the user's settings only); ``False`` runs nothing after the
+    measured run.
 
     Guaranteed: the numbers are measured, not estimated; reading changes nothing on
-    the table and no state is saved. Requests are counted for Lance tables read in
-    this process (``num_workers=0``); elsewhere ``requests`` is ``None`` and
-    ``requests_note`` says why.
+    the table, no state is saved, and a cache tried is removed. Memory is each
+    process's own high-water mark (``VmHWM``, the trainer's reset at the start), so
+    it never includes the program that launched it. Requests are counted for Lance
+    tables read in this process (``num_workers=0``); elsewhere ``requests`` is
+    ``None`` and ``requests_note`` says why.
     """
-    from ..dataset.dataset import StreamingDataset
-    from ..loader.loader import StreamingDataLoader
-
     if batches < 1:
         raise ValueError(f"batches must be 1 or more, got {batches}; pass batches=100, say")
-    start = time.perf_counter()
-    dataset = StreamingDataset(table, **settings)
-    opened = time.perf_counter()
-    loader = StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
-    handle, note = _counted_handle(dataset, num_workers, settings.get("storage_options"))
-    before = _io_requests(handle)
+    counting = _Requests(num_workers, settings.get("storage_options"))
     with _bar(batches, progress) as bar:
-        timing = _draw(loader, dataset, batches=batches, step_seconds=step_seconds, bar=bar)
-    after = _io_requests(handle)
-    timing.start, timing.opened = start, opened
-    requests = None if before is None or after is None else after - before
-    return _found(dataset, loader, timing, settings, requests=(requests, note), step_seconds=step_seconds)
+        base, dataset = measure(
+            table,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            batches=batches,
+            step_seconds=step_seconds,
+            settings=settings,
+            past_first_window=True,
+            bar=bar,
+            on_built=counting.start,
+        )
+    found = _found(dataset, base, settings, requests=counting.stop(), step_seconds=step_seconds)
+    note = _no_tries(found, tries=tries)
+    if note:
+        return _with(found, tries_note=note)
+    names = None if tries is True else set(tries)  # type: ignore[arg-type]
+    noise, tried = _try(table, base, found, names=names, settings=settings, step_seconds=step_seconds)
+    return _with(found, noise=noise, tried=tuple(tried))
+
+
+def _no_tries(found: LoaderProfile, *, tries: bool | Collection[str]) -> str:
+    """Why no change is tried ('' where they are)."""
+    if tries is False:
+        return "tries=False"
+    if found.step_seconds > 0 and found.wait_share < KEEPS_UP:
+        return f"the loader keeps up with a {1000 * found.step_seconds:.0f} ms step"
+    return ""
+
+
+def _try(
+    table: Any,
+    base: Measured,
+    found: LoaderProfile,
+    *,
+    names: set[str] | None,
+    settings: dict[str, Any],
+    step_seconds: float,
+) -> tuple[trials.Noise, list[trials.Tried]]:
+    """Run the candidates between three more runs of the user's settings; judge each."""
+    rows = int(base.stats["rows_delivered"])  # as many rows as the measured run delivered
+
+    def run(*, batch_size: int, num_workers: int, step_factor: float, settings: dict[str, Any]) -> Measured:
+        return measure(
+            table,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            batches=max(2, -(-rows // batch_size)),
+            step_seconds=step_seconds * step_factor,
+            settings=settings,
+            min_seconds=TRY_SECONDS,
+        )[0]
+
+    def again() -> Measured:
+        return run(
+            batch_size=base.batch_size, num_workers=base.num_workers, step_factor=1.0, settings=settings
+        )
+
+    candidates = [
+        candidate
+        for candidate in trials.candidates(base, kind=found.kind, cached=found.cache_dir is not None)
+        if names is None or set(candidate.changes) <= names
+    ]
+    middle = len(candidates) // 2
+    baselines, outcomes = [again()], []
+    for index, candidate in enumerate(candidates):
+        if index == middle:
+            baselines.append(again())
+        outcomes.append(
+            trials.run_candidate(
+                candidate, run, batch_size=base.batch_size, num_workers=base.num_workers, settings=settings
+            )
+        )
+    while len(baselines) < 3:  # the user's settings between, before and after the candidates
+        baselines.append(again())
+    noise = trials.noise(baselines)
+    tried = [
+        trials.judge(candidate, outcome, noise)
+        if isinstance(outcome, Measured)
+        else trials.refused(candidate, outcome)
+        for candidate, outcome in zip(candidates, outcomes, strict=True)
+    ]
+    return noise, tried
+
+
+def _with(found: LoaderProfile, **changes: Any) -> LoaderProfile:
+    from dataclasses import replace
+
+    return replace(found, **changes)
 
 
 def _found(
     dataset: Any,
-    loader: Any,
-    timing: _Timing,
+    base: Measured,
     settings: dict[str, Any],
     *,
     requests: tuple[int | None, str],
     step_seconds: float,
 ) -> LoaderProfile:
-    """What was measured, as one value."""
-    plan, stats = dataset.plan.settings, dataset.stats()
+    """What the measured run found, as one value (no tries yet)."""
     table = _handle(dataset, settings)
     return LoaderProfile(
         table_uri=dataset.table_uri,
         version=dataset.version,
-        num_splits=dataset.num_splits,
-        block_rows=plan.block_rows,
-        shuffle_buffer_size=plan.window_rows * dataset.num_splits,
-        batch_size=loader.batch_size,
-        num_workers=loader.num_workers,
+        num_splits=base.num_splits,
+        block_rows=base.block_rows,
+        shuffle_buffer_size=base.shuffle_buffer_size,
+        batch_size=base.batch_size,
+        num_workers=base.num_workers,
         step_seconds=step_seconds,
-        open_seconds=timing.opened - timing.start,
-        first_batch_seconds=timing.first - timing.start,
-        batches=timing.batches,
-        rows=int(stats["rows_delivered"]) - timing.first_rows,
-        loop_seconds=timing.end - timing.first,
-        wait_seconds=timing.waits,
-        stats=stats,
-        trainer_peak_bytes=_own_peak(),
-        worker_peak_bytes=timing.worker_peaks,
+        open_seconds=base.open_seconds,
+        first_batch_seconds=base.first_batch_seconds,
+        batches=base.batches,
+        rows=base.rows,
+        loop_seconds=base.loop_seconds,
+        wait_seconds=base.wait_seconds,
+        window=base.window,
+        first_window_rows=base.first_window_rows,
+        stats=base.stats,
+        trainer_peak_bytes=base.trainer_peak_bytes,
+        trainer_peak_reset=base.trainer_peak_reset,
+        worker_peak_bytes=base.worker_peak_bytes,
         requests=requests[0],
         requests_note=requests[1],
         kind=table.kind,
         cache_dir=_cache_dir(settings),
         plain_binary_columns=_plain_binary(table),
     )
-
-
-@dataclass
-class _Timing:
-    start: float = 0.0
-    opened: float = 0.0
-    first: float = 0.0
-    first_rows: int = 0
-    end: float = 0.0
-    batches: int = 0
-    waits: float = 0.0
-    worker_peaks: tuple[int, ...] = ()
-
-
-def _draw(loader: Any, dataset: Any, *, batches: int, step_seconds: float, bar: Any) -> _Timing:
-    """Draw up to ``batches`` batches as a trainer would; time the waits in ``next()``."""
-    timing = _Timing()
-    known = _descendants()
-    iterator = iter(loader)
-    try:
-        for index in range(batches):
-            asked = time.perf_counter()
-            try:
-                next(iterator)
-            except StopIteration:
-                break
-            got = time.perf_counter()
-            if index == 0:
-                timing.first = got
-                timing.first_rows = int(dataset.stats()["rows_delivered"])
-            else:
-                timing.waits += got - asked
-            timing.batches += 1
-            bar.update(1)
-            if step_seconds > 0:
-                time.sleep(step_seconds)  # stands in for the training step
-        timing.end = time.perf_counter()
-        timing.worker_peaks = tuple(_peak(pid) for pid in _workers(known))
-    finally:
-        iterator.close()
-    if timing.batches == 0:
-        raise ValueError("the loader delivered no batch: this epoch is already fully delivered")
-    return timing
-
-
-def _parents() -> dict[int, int]:
-    """Every process's parent, from /proc (empty where there is no /proc)."""
-    parents: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return parents
-    for entry in filter(str.isdigit, entries):
-        try:
-            with open(f"/proc/{entry}/stat") as file:
-                parents[int(entry)] = int(file.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return parents
-
-
-def _descendants(parents: dict[int, int] | None = None) -> set[int]:
-    """Processes below this one (workers, the forkserver, the resource tracker)."""
-    parents = _parents() if parents is None else parents
-    found: set[int] = set()
-    frontier = {os.getpid()}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _workers(known: set[int]) -> list[int]:
-    """The loader's worker processes: new descendants that start none of their own (the
-    forkserver does) and are not multiprocessing's resource tracker."""
-    parents = _parents()
-    new = _descendants(parents) - known
-    leaves = sorted(pid for pid in new if pid not in parents.values())
-    return [pid for pid in leaves if b"resource_tracker" not in _command_line(pid)]
-
-
-def _command_line(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return file.read()
-    except OSError:
-        return b""
-
-
-def _own_peak() -> int:
-    """Peak resident bytes of this process (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * _PAGE)
-
-
-def _peak(pid: int) -> int:
-    """Peak resident bytes of process ``pid`` (VmHWM), 0 when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as file:
-            for line in file:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * _PAGE
-    except OSError:
-        pass
-    return 0
 
 
 def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
@@ -222,20 +215,35 @@ def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
     return open_snapshot(snapshot)
 
 
-def _counted_handle(dataset: Any, num_workers: int, options: Any) -> tuple[Any, str]:
-    """The table whose request count sees every read, or None and why not."""
-    if num_workers > 0:
-        return None, "each worker reads with its own handle; run with num_workers=0 to count them"
-    table = _handle(dataset, {"storage_options": options})
-    if table.kind == "remote":
-        return None, "a LanceDB server's requests are not counted by its client"
-    if table.read_requests() is None:
-        return None, "this Lance version counts no requests"
-    return table, "Lance's read operations in this process"
+class _Requests:
+    """Lance's read requests of the measured run, where this process sees them all."""
 
+    def __init__(self, num_workers: int, options: Any) -> None:
+        self._options = options
+        self._table: Any = None
+        self._before: int | None = None
+        self.note = "each worker reads with its own handle; run with num_workers=0 to count them"
+        self._workers = num_workers
 
-def _io_requests(table: Any) -> int | None:
-    return None if table is None else table.read_requests()
+    def start(self, dataset: Any) -> None:
+        """Before the first batch: open the counted handle and read its count."""
+        if self._workers > 0:
+            return
+        table = _handle(dataset, {"storage_options": self._options})
+        if table.kind == "remote":
+            self.note = "a LanceDB server's requests are not counted by its client"
+        elif table.read_requests() is None:
+            self.note = "this Lance version counts no requests"
+        else:
+            self._table, self._before = table, table.read_requests()
+            self.note = "Lance's read operations in this process"
+
+    def stop(self) -> tuple[int | None, str]:
+        """The requests since ``start`` (``None`` where not counted) and what they are."""
+        after = None if self._table is None else self._table.read_requests()
+        if after is None or self._before is None:
+            return None, self.note
+        return after - self._before, self.note
 
 
 def _cache_dir(settings: dict[str, Any]) -> str | None:
