@@ -10,6 +10,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(commands: Any) -> None:
     """The ``profile`` command's arguments: the table, the dataset and loader settings, the run."""
+    from ..profiling.trials import KEYWORDS
     from ._common import add_table_options
 
     command = commands.add_parser(
@@ -46,8 +47,9 @@ def add_parser(commands: Any) -> None:
         dest="tries",
         action="append",
         metavar="KEYWORD",
-        help="try only changes of this keyword (num_workers, batch_size, block_rows, "
-        "shuffle_buffer_size, cache_dir); repeat for several (default: every one)",
+        choices=KEYWORDS,
+        help=f"try only changes of this keyword ({', '.join(KEYWORDS)}); repeat for several "
+        "(default: every one)",
     )
     command.add_argument(
         "--progress",

@@ -221,7 +221,8 @@ def _tries(result: LoaderProfile) -> list[str]:
 
 def _tried(tried: Tried, noise: Noise) -> str:
     if tried.measured is None:
-        return f"{tried.candidate.label}: {tried.verdict}: {tried.error}"
+        said = "not valid here" if tried.verdict == "refused" else "failed"
+        return f"{tried.candidate.label}: {said}, not advised: {tried.error}"
     return f"{tried.candidate.label}: {_before_after(tried, noise)}: {tried.verdict}"
 
 

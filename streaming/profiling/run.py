@@ -76,6 +76,12 @@ def profile(
     """
     if batches < 1:
         raise ValueError(f"batches must be 1 or more, got {batches}; pass batches=100, say")
+    unknown = sorted(set(tries) - set(trials.KEYWORDS)) if not isinstance(tries, bool) else []
+    if unknown or isinstance(tries, str):
+        raise ValueError(
+            f"tries names {unknown or tries!r}, which profile does not try; name some of "
+            f"{', '.join(trials.KEYWORDS)}, or pass True (all) or False (none)"
+        )
     counting = _Requests(num_workers, settings.get("storage_options"))
     with _bar(batches, progress) as bar:
         base, dataset = measure(

@@ -16,11 +16,12 @@ import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .measure import Measured
+if TYPE_CHECKING:
+    from .measure import Measured
 
-__all__ = ["Candidate", "Noise", "Tried", "candidates", "judge", "noise"]
+__all__ = ["KEYWORDS", "Candidate", "Noise", "Tried", "candidates", "judge", "noise"]
 
 FLOOR = 0.05
 """The least margin a change must win by, however quiet the machine (5%)."""
@@ -33,6 +34,10 @@ ORDER = (
     "changes which rows are read together and so the order of samples: a checkpoint of "
     "the old setting does not resume under it"
 )
+
+
+KEYWORDS = ("num_workers", "batch_size", "block_rows", "shuffle_buffer_size", "cache_dir")
+"""The keywords whose changes ``profile`` tries."""
 
 
 @dataclass(frozen=True)
