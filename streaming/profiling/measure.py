@@ -114,9 +114,8 @@ def measure(
     clock.opened = time.perf_counter()
     if on_built is not None:
         on_built(dataset)
-    rank_rows, per_split = len(dataset), max(1, dataset.split_length)
-    window_rows = dataset.plan.settings.window_rows
-    first_window = rank_rows // per_split * min(per_split, window_rows)
+    per_split, window_rows = max(1, dataset.split_length), dataset.plan.settings.window_rows
+    first_window = dataset.num_splits // dataset.world_size * min(per_split, window_rows)
     wanted = first_window if past_first_window and per_split > window_rows else 0
     _draw(loader, dataset, clock, batches=batches, batch_size=batch_size, wanted_rows=wanted,
           step_seconds=step_seconds, seconds=(min_seconds, max_seconds), watch=watch, bar=bar)  # fmt: skip

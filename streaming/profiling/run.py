@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from . import trials
@@ -169,8 +170,6 @@ def _try(
 
 
 def _with(found: LoaderProfile, **changes: Any) -> LoaderProfile:
-    from dataclasses import replace
-
     return replace(found, **changes)
 
 
