@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .encoding import LARGE_ROW
 from .measure import FITS, PAST
 from .trials import Noise, Tried
 
@@ -14,8 +15,6 @@ __all__ = ["LoaderProfile", "advise", "report"]
 
 KEEPS_UP = 0.10
 """Below this share of the loop spent waiting for data, the loader keeps up."""
-LARGE_ROW = 256 * 1024
-"""Bytes per row above which inline binary columns are worth storing blob-encoded."""
 
 
 @dataclass(frozen=True)
@@ -214,21 +213,21 @@ def _tries(result: LoaderProfile) -> list[str]:
         f"{100 * noise.rate:.0f}% in rows/s and {100 * noise.first:.0f}% in the first batch; a change "
         f"counts above {100 * noise.rate_margin:.0f}% and {100 * noise.first_margin:.0f}%):"
     ]
-    lines += [f"  {_tried(tried, noise)}" for tried in result.tried]
+    lines += [f"  {_tried(tried)}" for tried in result.tried]
     lines += _not_tried(result)
     return lines
 
 
-def _tried(tried: Tried, noise: Noise) -> str:
+def _tried(tried: Tried) -> str:
     if tried.measured is None:
         said = "not valid here" if tried.verdict == "refused" else "failed"
         return f"{tried.candidate.label}: {said}, not advised: {tried.error}"
-    return f"{tried.candidate.label}: {_before_after(tried, noise)}: {tried.verdict}"
+    return f"{tried.candidate.label}: {_before_after(tried)}: {tried.verdict}"
 
 
-def _before_after(tried: Tried, noise: Noise) -> str:
-    run = tried.measured
-    assert run is not None
+def _before_after(tried: Tried) -> str:
+    run, noise = tried.measured, tried.baseline
+    assert run is not None and noise is not None
     return (
         f"{noise.rate_median:,.0f} -> {run.rows_per_second:,.0f} rows/s ({tried.rate_gain:.2f}x), "
         f"first batch {_s(noise.first_median)} -> {_s(run.first_batch_seconds)}"
@@ -242,12 +241,12 @@ def _s(seconds: float) -> str:
 def _not_tried(result: LoaderProfile) -> list[str]:
     rows = result.stats.get("rows_read", 0)
     per_row = result.stats["bytes_read"] / rows if rows else 0.0
-    if per_row < LARGE_ROW or not result.plain_binary_columns:
+    tried = any("blob_encoding" in tried.candidate.changes for tried in result.tried)
+    if tried or per_row < LARGE_ROW or not result.plain_binary_columns or result.kind == "remote":
         return []
     return [
         f"  not tried: blob encoding of {', '.join(result.plain_binary_columns)} (rows average "
-        f"{_size(per_row)}, stored inline): it needs the table written again with lance-encoding:blob "
-        "(docs/multimodal.md); try it on a copy of part of the table with this command"
+        f"{_size(per_row)}, stored inline; tries=True tries it on two local copies of the first rows)"
     ]
 
 
@@ -263,13 +262,13 @@ def advise(result: LoaderProfile) -> list[str]:
     advised = result.advised
     if not advised:
         return [_nothing_helped(result)]
-    return [_advice(tried, result.noise) for tried in advised]
+    return [_advice(tried) for tried in advised]
 
 
-def _advice(tried: Tried, noise: Noise) -> str:
+def _advice(tried: Tried) -> str:
     candidate = tried.candidate
     caveat = f" ({candidate.caveat})" if candidate.caveat else ""
-    return f"{candidate.label}: {_before_after(tried, noise)}, {tried.verdict}: {candidate.why}{caveat}"
+    return f"{candidate.label}: {_before_after(tried)}, {tried.verdict}: {candidate.why}{caveat}"
 
 
 def _nothing_helped(result: LoaderProfile) -> str:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from . import trials
+from . import encoding, trials
 from .findings import KEEPS_UP, LoaderProfile
 from .measure import Measured, measure
 
@@ -61,12 +61,15 @@ def profile(
     candidate change (other worker counts, a larger batch, larger blocks, a smaller
     shuffle buffer, a local cache for a bucket's table) runs for as many rows on the
     same table, between three more runs of the user's settings whose spread is the
-    run-to-run noise. ``advice()`` names only changes that beat the user's settings
-    by more than that noise (and 5%), with before and after; a change the package
-    refuses (a worker count the plan cannot serve, say) is reported as refused.
-    ``tries`` may instead name the keywords whose changes to try (``()``: none, the
-    three runs of the user's settings only); ``False`` runs nothing after the
-    measured run.
+    run-to-run noise; blob encoding of large inline binary columns runs on two local
+    copies of the first rows (as stored, three times, and blob-encoded). ``advice()``
+    names only changes that beat the user's settings by more than that noise (and
+    5%), with before and after; a change the package refuses (a worker count the plan
+    cannot serve, say) is reported as refused.
+    ``tries`` may instead name what to try (of ``num_workers``, ``batch_size``,
+    ``block_rows``, ``shuffle_buffer_size``, ``cache_dir``, ``blob_encoding``; ``()``:
+    nothing, the three runs of the user's settings only); ``False`` runs nothing after
+    the measured run.
 
     Guaranteed: the numbers are measured, not estimated; reading changes nothing on
     the table, no state is saved, and a cache tried is removed. Memory is each
@@ -126,9 +129,16 @@ def _try(
     """Run the candidates between three more runs of the user's settings; judge each."""
     rows = int(base.stats["rows_delivered"])  # as many rows as the measured run delivered
 
-    def run(*, batch_size: int, num_workers: int, step_factor: float, settings: dict[str, Any]) -> Measured:
+    def run(
+        *,
+        batch_size: int,
+        num_workers: int,
+        step_factor: float,
+        settings: dict[str, Any],
+        source: Any = table,
+    ) -> Measured:
         return measure(
-            table,
+            source,
             batch_size=batch_size,
             num_workers=num_workers,
             batches=max(2, -(-rows // batch_size)),
@@ -166,7 +176,41 @@ def _try(
         else trials.refused(candidate, outcome)
         for candidate, outcome in zip(candidates, outcomes, strict=True)
     ]
+    if names is None or "blob_encoding" in names:
+        tried += _try_blobs(base, found, rows=rows, run=run, settings=settings)
     return noise, tried
+
+
+def _try_blobs(
+    base: Measured, found: LoaderProfile, *, rows: int, run: Callable[..., Measured], settings: dict[str, Any]
+) -> list[trials.Tried]:
+    """Blob encoding on two local copies of the first rows, where it is worth a try."""
+    read = base.stats.get("rows_read", 0)
+    per_row = base.stats["bytes_read"] / read if read else 0.0
+    if not encoding.worth_trying(kind=found.kind, columns=found.plain_binary_columns, bytes_per_row=per_row):
+        return []
+    local = {name: value for name, value in settings.items() if name not in _NOT_FOR_A_COPY}
+
+    def on_copy(uri: str) -> Measured:
+        return run(
+            batch_size=base.batch_size,
+            num_workers=base.num_workers,
+            step_factor=1.0,
+            settings=local,
+            source=uri,
+        )
+
+    handle = _open(found.table_uri, found.version, settings)
+    candidate, outcome, stored = encoding.try_blob_encoding(
+        handle, columns=found.plain_binary_columns, rows=4 * rows, bytes_per_row=per_row, run=on_copy
+    )
+    if isinstance(outcome, Measured) and stored is not None:
+        return [trials.judge(candidate, outcome, stored)]
+    return [trials.refused(candidate, outcome if isinstance(outcome, BaseException) else RuntimeError())]
+
+
+_NOT_FOR_A_COPY = ("storage_options", "cache_dir", "version")
+"""Settings of the user's table that a local copy does not take."""
 
 
 def _with(found: LoaderProfile, **changes: Any) -> LoaderProfile:
@@ -214,10 +258,13 @@ def _found(
 
 def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
     """This process's ``Table`` of the dataset's snapshot (the one its reads use)."""
+    return _open(dataset.table_uri, dataset.version, settings)
+
+
+def _open(uri: str, version: int, settings: dict[str, Any]) -> Any:
     from ..read.source import Snapshot, open_snapshot
 
-    snapshot = Snapshot(dataset.table_uri, dataset.version, settings.get("storage_options"))
-    return open_snapshot(snapshot)
+    return open_snapshot(Snapshot(uri, version, settings.get("storage_options")))
 
 
 class _Requests:

@@ -36,8 +36,9 @@ ORDER = (
 )
 
 
-KEYWORDS = ("num_workers", "batch_size", "block_rows", "shuffle_buffer_size", "cache_dir")
-"""The keywords whose changes ``profile`` tries."""
+KEYWORDS = ("num_workers", "batch_size", "block_rows", "shuffle_buffer_size", "cache_dir", "blob_encoding")
+"""What ``profile`` tries: the keywords whose changes it runs, and ``blob_encoding`` (of
+inline binary columns, on two local copies: ``encoding.py``)."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,9 @@ class Tried:
 
     candidate: Candidate
     measured: Measured | None = field(repr=False)
+    baseline: Noise | None = field(default=None, repr=False)
+    """The runs it was compared with: the user's settings (or, for blob encoding, the copy
+    as stored)."""
     error: str = ""
     rate_gain: float = 0.0
     """Its rows/s over the user's (the median of their runs)."""
@@ -142,7 +146,7 @@ def judge(candidate: Candidate, run: Measured, baseline: Noise) -> Tried:
         verdict = "slower"
     else:
         verdict = "no better"
-    return Tried(candidate, run, rate_gain=rate_gain, first_gain=first_gain, verdict=verdict)
+    return Tried(candidate, run, baseline, rate_gain=rate_gain, first_gain=first_gain, verdict=verdict)
 
 
 def refused(candidate: Candidate, error: BaseException) -> Tried:
