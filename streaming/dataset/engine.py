@@ -22,7 +22,7 @@ from ..core import stats
 from ..core.lifecycle import Guarded, Samples
 from ..core.options import Options, as_epoch
 from ..core.progress import WorkerReport
-from ..core.stats import Counters
+from ..core.stats import Counters, Waits
 from ..core.world import World
 from ..errors import EpochCompleteWarning
 from ..read.view import TableView
@@ -199,6 +199,7 @@ class DatasetEngine(Positioned):
             "rows_delivered": sum(samples[split] for split in self._rank_splits),
             "rows_skipped": 0 if self._view.packing is not None else skipped,
             **totals,
+            **self._counters.waits.as_dict(),
         }
 
     # -- the loaders' protocol (see host.py) -------------------------------------
@@ -207,6 +208,11 @@ class DatasetEngine(Positioned):
     def counters(self) -> Counters:
         """The read counters of this process's iterators."""
         return self._counters
+
+    @property
+    def waits(self) -> Waits:
+        """The loop's waits for the loader's batches (kept with this process's counters)."""
+        return self._counters.waits
 
     def user_functions(self) -> list[tuple[str, object]]:
         """(keyword, value) of the user's functions a worker process must unpickle."""

@@ -23,6 +23,7 @@ import torch
 
 from .. import _compat
 from ..core.lifecycle import Guarded
+from ..core.stats import Waits
 from ..workers.board import Board
 from ..workers.shares import Gathering, Shares
 from ..workers.worker import SentShare
@@ -68,6 +69,8 @@ class HeadStart:
         self._batches: Iterator[Any] | None = None
         self._shares: Shares | None = None
         self._error: BaseException | None = None
+        self.waits: Waits | None = None
+        """Where the waits for each worker's messages go (``Shares``), once they take over."""
         self._posted = False
         self._keep = keep  # persistent workers: the board lives on with them
         self._ready = threading.Event()
@@ -130,7 +133,7 @@ class HeadStart:
         if self._own_iterator is not None:
             self._own_iterator.close()  # folds the cursor: it stands after the last batch handed over
         assert self._batches is not None
-        self._shares = Shares(self._batches, workers=self._count)
+        self._shares = Shares(self._batches, workers=self._count, waits=self.waits)
         self._board.post(self._handover())
         self._posted = True
 

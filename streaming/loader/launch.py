@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 
 from .. import _compat
 from ..core.lifecycle import Guarded
+from ..core.stats import Waits
 from ..dataset.host import LoaderHost
 from ..workers import cut, transfer
 from ..workers.board import Board
@@ -238,17 +239,20 @@ class Launch:
         self._collate.channel = channel
         return channel
 
-    def shares(self, batches: Iterator[Any] | HeadStart) -> Shares | PlainBatches | HeadStart:
+    def shares(
+        self, batches: Iterator[Any] | HeadStart, *, waits: Waits | None = None
+    ) -> Shares | PlainBatches | HeadStart:
         """What ``gather`` draws the batches of ``batches`` (from ``start``) from: whole
         columnar batches of the trainer's own process are finished as they come
         (``plain``), else every worker's shares are sorted and assembled."""
         loader = self._loader
         if isinstance(batches, HeadStart):
+            batches.waits = waits  # for the workers' shares, once they take over
             return batches
         if self._columnar and plain.eligible(loader, num_workers=self.num_workers):
             source = plain.uncollated(batches)
             return PlainBatches(source, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
-        return Shares(batches, workers=self.num_workers)
+        return Shares(batches, workers=self.num_workers, waits=waits if self.num_workers > 0 else None)
 
     def gather(self, shares: Shares | PlainBatches | HeadStart | None) -> tuple[list[SentShare], Any] | None:
         """The next batch of ``shares`` (see ``Gathering.gather``).

@@ -9,6 +9,7 @@ and ``Gathering`` makes the batch of those shares (``assembly``), honouring
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +22,16 @@ from .worker import SentShare
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]
 
+_clock = time.perf_counter
+
 
 class Shares:
     """The DataLoader's messages, each one worker's shares of one or more batches, sorted
     by worker until every worker's share of the next batch is in."""
 
-    def __init__(self, batches: Iterator[Any], *, workers: int) -> None:
+    def __init__(self, batches: Iterator[Any], *, workers: int, waits: stats.Waits | None = None) -> None:
         self._batches = batches
+        self._waits = waits  # where the time spent waiting for each worker's message goes
         self._queues: list[collections.deque[SentShare]] = [
             collections.deque() for _ in range(max(1, workers))
         ]
@@ -42,7 +46,10 @@ class Shares:
         for queue in self._queues:
             while not queue:
                 try:
+                    asked = _clock()
                     message = next(self._batches)
+                    if self._waits is not None and message:
+                        self._waits.add_worker(message[0].worker, _clock() - asked)
                 except StopIteration:
                     if not any(self._queues):
                         raise
