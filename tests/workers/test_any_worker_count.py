@@ -141,7 +141,8 @@ def test_workers_read_equal_shares_of_the_rows(tmp_path):
     for workers in (3, 5):
         dataset = StreamingDataset(uri, shuffle_seed=2)
         engine = dataset_engine(dataset)
-        loader = StreamingDataLoader(dataset, batch_size=64, num_workers=workers)
+        # head_start=False: every row is the workers' (a head start has the trainer read the first batches)
+        loader = StreamingDataLoader(dataset, batch_size=64, num_workers=workers, head_start=False)
         delivered = sum(len(batch["id"]) for batch in loader)
         read = np.array([counters["rows_read"] for counters in engine.worker_counters.values()])
         assert len(read) == workers and read.sum() == delivered == 5000, read
