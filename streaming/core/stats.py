@@ -6,13 +6,13 @@ import array
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["FIELDS", "GAUGES", "Counters", "Waits", "idle", "timed", "total"]
+__all__ = ["FIELDS", "GAUGES", "Counters", "Waits", "idle", "rows_per_worker", "timed", "total"]
 
 GAUGES = ("read_ahead", "raw_rows", "ready_rows", "unscanned_rows")
 """What the running iterator holds right now; zero while none runs."""
@@ -261,3 +261,12 @@ def idle(reports: dict[tuple[int, int], dict[str, float]]) -> None:
     """Zero the gauges of stopped processes' last reports (their totals stay)."""
     for key, report in reports.items():
         reports[key] = {**report, **dict.fromkeys(GAUGES, 0)}
+
+
+def rows_per_worker(reports: Mapping[tuple[int, int], Mapping[str, float]]) -> dict[str, float]:
+    """``rows_read_worker_<w>``: the rows each worker read, over the processes that were
+    worker w (the latest counters of each, keyed (pid, worker))."""
+    found: dict[int, float] = {}
+    for (_, worker), counters in reports.items():
+        found[worker] = found.get(worker, 0) + counters.get("rows_read", 0)
+    return {f"rows_read_worker_{worker}": found[worker] for worker in sorted(found)}

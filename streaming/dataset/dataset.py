@@ -288,6 +288,11 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
         and ``wait_longest_seconds`` (over the batches after each first one, within
         3%), and with workers ``wait_worker_<w>_seconds`` (the part of the waits
         spent on worker w's shares). Over ranks: ``streaming.gather_stats``.
+
+        With workers, ``rows_read_worker_<w>`` is how many rows worker w read (its
+        processes since this object was made): how evenly the workers share the
+        reads. The trainer's own reads (``num_workers=0``, the first batches of a
+        head start) are the rest of ``rows_read``.
         """
         return self._engine.stats()
 

@@ -200,6 +200,7 @@ class DatasetEngine(Positioned):
             "rows_skipped": 0 if self._view.packing is not None else skipped,
             **totals,
             **self._counters.waits.as_dict(),
+            **stats.rows_per_worker(self._worker_counters),
         }
 
     # -- the loaders' protocol (see host.py) -------------------------------------

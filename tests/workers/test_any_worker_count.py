@@ -140,10 +140,10 @@ def test_workers_read_equal_shares_of_the_rows(tmp_path):
     uri = make_table(tmp_path / "big.lance", (3000, 2000))
     for workers in (3, 5):
         dataset = StreamingDataset(uri, shuffle_seed=2)
-        engine = dataset_engine(dataset)
         # head_start=False: every row is the workers' (a head start has the trainer read the first batches)
         loader = StreamingDataLoader(dataset, batch_size=64, num_workers=workers, head_start=False)
         delivered = sum(len(batch["id"]) for batch in loader)
-        read = np.array([counters["rows_read"] for counters in engine.worker_counters.values()])
-        assert len(read) == workers and read.sum() == delivered == 5000, read
+        stats = dataset.stats()
+        read = np.array([stats[f"rows_read_worker_{worker}"] for worker in range(workers)])
+        assert read.sum() == delivered == stats["rows_read"] == 5000, read
         assert read.max() <= 1.25 * read.mean(), f"k={workers}: rows read per worker {read.tolist()}"
