@@ -8,6 +8,8 @@ the state after every batch are those of ``num_workers=0``, with real worker pro
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -110,3 +112,20 @@ def test_a_state_taken_after_the_switch_resumes_on_another_worker_count(uri):
     resumed.load_state_dict(loader.state_dict())
     rest = [ids(batch) for batch in StreamingDataLoader(resumed, batch_size=BATCH, num_workers=3)]
     assert seen + rest == whole
+
+
+def test_a_worker_that_died_during_the_head_start_is_named_and_iter_continues_exactly(uri):
+    """Killed while the trainer draws the first batches: the switch meets it, the error names
+    it (as for any dead worker), and ``iter()`` again delivers exactly the rest."""
+    planned = reference(lambda: StreamingDataset(uri, shuffle_seed=4))[0]
+    loader = StreamingDataLoader(StreamingDataset(uri, shuffle_seed=4), batch_size=BATCH, num_workers=2)
+    iterator = iter(loader)
+    seen = [ids(next(iterator))]
+    victim = iterator._shares._workers[1]  # the started DataLoader iterator's worker processes
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=rf"worker 1 \(pid {victim.pid}\) was killed by SIGKILL"):
+        for batch in iterator:
+            seen.append(ids(batch))
+    rest = [ids(batch) for batch in loader]
+    assert sorted(i for batch in seen + rest for i in batch) == sorted(i for batch in planned for i in batch)
+    assert seen + rest == planned, "the batches after the restart are not those of an uninterrupted run"
