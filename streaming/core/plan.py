@@ -397,9 +397,12 @@ class EpochPlan:
 def rank_splits(num_splits: int, *, rank: int, world_size: int) -> list[int]:
     """Splits owned by ``rank``: rank, rank + W, rank + 2W, ... (strided)."""
     if num_splits % world_size:
+        works = -(-num_splits // world_size) * world_size
         raise ValueError(
-            f"num_splits={num_splits} is not divisible by world_size={world_size}; "
-            f"choose num_splits as a multiple of {world_size} so every rank gets as many splits"
+            f"num_splits={num_splits} is not divisible by world_size={world_size}; every rank must own "
+            f"as many splits: pass StreamingDataset(..., num_splits={works}) (a multiple of {world_size}; "
+            f"a multiple of every world size the job may run on lets a checkpoint move between them), or "
+            f"leave num_splits out (one split per rank)"
         )
     return list(range(rank, num_splits, world_size))
 
