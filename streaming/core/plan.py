@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .keyed import digest, permute, round_keys, round_tables, walk, walk_tables
+from .parts import NOT_READ, Part
 
 __all__ = [
     "PLAN_FORMAT",
@@ -67,31 +68,6 @@ class PlanSettings:
 def window_rows_for(*, shuffle_buffer_size: int, num_splits: int, block_rows: int) -> int:
     """Rows per split window: ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks."""
     return max(1, shuffle_buffer_size // (num_splits * block_rows)) * block_rows
-
-
-@dataclass(frozen=True)
-class Part:
-    """Reader ``reader`` of ``readers`` processes that read a rank's windows together.
-
-    Each reads only its *block slots*: slot ``i`` of split ``s`` (the i-th block the
-    split visits) is reader ``(i + s) % readers``'s. A window's rows are whole
-    blocks, so every reader reads about ``1 / readers`` of every window in runs of
-    consecutive rows, each row is read by exactly one reader, and the slots rotate
-    with the split so that readers of splits with few blocks still share the work.
-    Which reader reads a row decides nothing about the order: the plan does.
-    """
-
-    reader: int
-    readers: int
-
-    def owns(self, slots: np.ndarray, splits: np.ndarray) -> np.ndarray:
-        """Whether each (block slot, split) pair is this reader's."""
-        result: np.ndarray = (slots + splits) % self.readers == self.reader
-        return result
-
-
-NOT_READ = -1
-"""A window's gather entry for a row another reader reads (``Part``)."""
 
 
 @dataclass(frozen=True)
