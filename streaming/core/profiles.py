@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .uris import Kind, kind_of, scheme_of
+
 __all__ = [
     "AUTO",
     "DEFAULT_PROFILE",
@@ -62,8 +64,11 @@ class Profile:
     equal size, at most this many offsets each, run in parallel, so reads of few, big
     fragments still use every read thread (0: one take per fragment, which Lance
     splits into requests itself)."""
+    kind: Kind | None = None
+    """The kind of URI (``core/uris.py`` ``kind_of``) ``storage_profile="auto"`` picks this
+    profile for (the first such profile), unless a profile's ``schemes`` claim the URI's scheme."""
     schemes: tuple[str, ...] = ()
-    """URI schemes ``storage_profile="auto"`` picks this profile for."""
+    """URI schemes ``storage_profile="auto"`` picks this profile for, before any ``kind``."""
     block_bytes: int | None = None
     """When set, ``sized`` gives a table's rows blocks of up to this many bytes (and a
     buffer of ``BLOCKS_PER_BUFFER`` blocks), larger or smaller than ``block_rows``;
@@ -81,6 +86,7 @@ PROFILES = {
     for profile in (
         Profile(
             "local",
+            kind="local",
             block_rows=64,
             shuffle_buffer_size=32_768,
             buffer_bytes=64 << 20,
@@ -92,7 +98,7 @@ PROFILES = {
             shuffle_buffer_size=262_144,
             min_io_threads=16,
             take_rows=0,
-            schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
+            kind="bucket",
             block_bytes=BLOCK_BYTES,
         ),
         Profile(
@@ -101,7 +107,7 @@ PROFILES = {
             shuffle_buffer_size=262_144,
             min_io_threads=16,
             take_rows=8_192,
-            schemes=("db",),
+            kind="remote",
             block_bytes=BLOCK_BYTES,
             take_bytes=16 << 20,
         ),
@@ -109,20 +115,22 @@ PROFILES = {
 }
 """Every storage profile, by name."""
 DEFAULT_PROFILE = PROFILES["local"]
-"""The profile ``auto`` picks for a URI no profile claims (a path, ``file://``, ``memory://``)."""
+"""The profile ``auto`` picks for a URI no profile claims (none does: every kind has one)."""
 AUTO = "auto"
 """The ``storage_profile`` that picks a profile by the table URI's scheme."""
 
 
 def choose_profile(storage_profile: object, uri: str) -> Profile:
-    """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``.
+    """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``: the
+    profile whose ``schemes`` name it, else the profile of its kind (``core/uris.py``).
 
     Raises:
         ValueError: ``storage_profile`` is not ``"auto"`` or a name in ``PROFILES``.
     """
     if storage_profile == AUTO:
-        scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
-        return next((p for p in PROFILES.values() if scheme in p.schemes), DEFAULT_PROFILE)
+        scheme, kind = scheme_of(uri), kind_of(uri)
+        claimed = next((p for p in PROFILES.values() if scheme in p.schemes), None)
+        return claimed or next((p for p in PROFILES.values() if p.kind == kind), DEFAULT_PROFILE)
     if isinstance(storage_profile, str) and storage_profile in PROFILES:
         return PROFILES[storage_profile]
     *names, last = [repr(name) for name in (AUTO, *PROFILES)]

@@ -2,15 +2,18 @@
 
 ``LanceTable`` holds this process's ``lance.LanceDataset`` at the pinned version and
 answers what the reader asks of it, by asking Lance. Its kind comes from the URI's
-scheme, once, when ``read/opening.py`` opens it: ``"local"`` for a path,
-``file://`` or ``memory://``, ``"bucket"`` for any object store (``s3://``, ``gs://``,
-``az://``, ...), which is the kind the local cache serves (``through_cache``).
+scheme (``core/uris.py`` ``kind_of``), once, when ``read/opening.py`` opens it:
+``"local"`` for a path, ``file://`` or ``memory://``, ``"bucket"`` for any object store
+(``s3://``, ``gs://``, ``az://``, ...), which is the kind the local cache serves
+(``through_cache``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from ..core.uris import kind_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -21,7 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LanceTable", "handle_options"]
 
-_LOCAL_SCHEMES = ("", "file", "file+uring", "memory")
 _LANCE_SET = ("user_agent",)
 """Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
 
@@ -40,12 +42,6 @@ def handle_options(dataset: Any) -> dict[str, str] | None:
     return chosen or None
 
 
-def _kind_of(uri: str) -> Kind:
-    """``"local"`` for a table on this machine (a path, ``file://``, ``memory://``), else ``"bucket"``."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return "local" if scheme in _LOCAL_SCHEMES else "bucket"
-
-
 class LanceTable:
     """One version of a Lance table (local or in a bucket), opened by this process."""
 
@@ -56,7 +52,7 @@ class LanceTable:
         """This process's ``lance.LanceDataset`` at the pinned version."""
         self.uri = str(dataset.uri)
         self.version = int(dataset.version)
-        self.kind: Kind = _kind_of(self.uri)
+        self.kind: Kind = "local" if kind_of(self.uri) == "local" else "bucket"
         self.storage_options = handle_options(dataset) or storage_options
         """The options it was opened with (credentials; the cache's downloads use them)."""
 

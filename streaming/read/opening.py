@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.uris import kind_of, scheme_of
 from ..errors import SnapshotGoneError
 from . import remote
 from .lancetable import LanceTable, handle_options
@@ -114,7 +115,7 @@ _RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
 def _open_error(uri: str, version: int | None, options: Any, error: ValueError) -> Exception:
     """Our sentence with the fix in front of what Lance said when ``uri`` did not open."""
     said = _RUST_SOURCE.sub("", " ".join(str(error).split()))
-    lowered, scheme = said.lower(), uri.split("://", 1)[0] if "://" in uri else "file"
+    lowered, kind = said.lower(), kind_of(uri)
     if version is not None and "not found" in lowered and ".manifest" in lowered:
         return SnapshotGoneError(
             f"version {version} of table {uri!r} no longer exists (it was cleaned up "
@@ -124,18 +125,18 @@ def _open_error(uri: str, version: int | None, options: Any, error: ValueError) 
             "resume from when old versions are cleaned up"
         )
     if "no object store provider found for scheme" in lowered:
-        if scheme == "db":
+        if kind == "remote":
             return ValueError(
                 f"{uri!r} is a table on a LanceDB server, not a Lance dataset URI: pass the table, "
                 "lancedb.connect('db://DATABASE', api_key=...).open_table(NAME)"
             )
         return ValueError(
-            f"cannot open table {uri!r}: Lance reads no {scheme!r} URIs; pass a local path or an "
+            f"cannot open table {uri!r}: Lance reads no {scheme_of(uri)!r} URIs; pass a local path or an "
             f"s3://, gs:// or az:// URI (Lance said: {said})"
         )
     if "not found" in lowered:
         return ValueError(f"no Lance table at {uri!r}: check the URI (Lance said: {said})")
-    if scheme != "file":
+    if kind == "bucket":
         fix = "check storage_options=" if options else "pass storage_options="
         return ValueError(
             f"cannot open table {uri!r} on object storage: {fix} (credentials, region, and "
