@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
     from .table import Kind, Table
 
-__all__ = ["LanceTable", "handle_options"]
+__all__ = ["LanceTable", "chosen_options", "handle_options"]
 
 _LANCE_SET = ("user_agent",)
 """Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
@@ -42,6 +42,16 @@ def handle_options(dataset: Any) -> dict[str, str] | None:
     return chosen or None
 
 
+def chosen_options(given: Mapping[str, str] | None, dataset: Any) -> Mapping[str, str] | None:
+    """The storage options a table is read with: the user's ``storage_options=`` when given
+    (they win), else those its handle ``dataset`` was opened with (``handle_options``).
+
+    The one rule of their precedence: the snapshot every process opens, this process's
+    ``LanceTable`` and the cache's downloads all take what it returns.
+    """
+    return given if given is not None else handle_options(dataset)
+
+
 class LanceTable:
     """One version of a Lance table (local or in a bucket), opened by this process."""
 
@@ -53,8 +63,8 @@ class LanceTable:
         self.uri = str(dataset.uri)
         self.version = int(dataset.version)
         self.kind: Kind = "local" if kind_of(self.uri) == "local" else "bucket"
-        self.storage_options = handle_options(dataset) or storage_options
-        """The options it was opened with (credentials; the cache's downloads use them)."""
+        self.storage_options = chosen_options(storage_options, dataset)
+        """The options it is read with (credentials; the cache's downloads use them)."""
 
     def __repr__(self) -> str:
         return f"LanceTable(uri={self.uri!r}, version={self.version}, kind={self.kind!r})"

@@ -23,7 +23,7 @@ from typing import Any
 from ..core.uris import kind_of, scheme_of
 from ..errors import SnapshotGoneError
 from . import remote
-from .lancetable import LanceTable, handle_options
+from .lancetable import LanceTable, chosen_options, handle_options
 from .table import Table
 
 __all__ = [
@@ -156,9 +156,11 @@ def open_table(
     """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
 
     Returns the snapshot (pinned to ``version``, default the latest now) and this
-    process's ``Table`` of it. Without ``storage_options`` the snapshot takes those
-    the Lance handle was opened with (``handle_options``). A table on a LanceDB
-    server (``read/remote.py``) is pinned by its version on the server.
+    process's ``Table`` of it. The snapshot takes the user's ``storage_options``, else
+    those the Lance handle was opened with (``chosen_options``); a handle opened with
+    other options is opened again with the snapshot's, so that every reader of the table
+    uses the same. A table on a LanceDB server (``read/remote.py``) is pinned by its
+    version on the server.
     """
     mark_used()
     if remote.is_remote(table):
@@ -167,12 +169,13 @@ def open_table(
     dataset = _as_dataset(table, storage_options=storage_options)
     uri = str(dataset.uri)
     pinned = int(version) if version is not None else int(dataset.version)
-    if storage_options is None:
-        storage_options = handle_options(dataset)
-    snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
+    options = chosen_options(storage_options, dataset)
+    snapshot = Snapshot(uri, pinned, options, table_name, connection_factory)
+    if options != handle_options(dataset):  # a handle opened with other options: open it again
+        return snapshot, open_snapshot(snapshot, fresh=True)
     if int(dataset.version) != pinned:
         return snapshot, open_snapshot(snapshot)
-    table = LanceTable(dataset, storage_options=storage_options)
+    table = LanceTable(dataset, storage_options=options)
     _remember(_key(snapshot), table)
     return snapshot, table
 
