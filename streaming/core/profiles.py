@@ -14,6 +14,7 @@ Pure: no torch, no Lance.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 from .uris import Kind, kind_of, scheme_of
@@ -22,6 +23,7 @@ __all__ = [
     "AUTO",
     "DEFAULT_PROFILE",
     "PROFILES",
+    "RENAMED",
     "Profile",
     "choose_profile",
     "profile_for",
@@ -30,7 +32,7 @@ __all__ = [
 
 
 BLOCK_BYTES = 2 << 20
-"""The remote profiles' block is the largest power of two of rows up to this many bytes."""
+"""The bucket and LanceDB server profiles' block is the largest power of two of rows up to this many bytes."""
 WIDE_BLOCK_BYTES = 1 << 20
 """Any other profile's block holds at most this many bytes of rows (one row at least)."""
 BUFFER_BYTES = 128 << 20
@@ -93,7 +95,7 @@ PROFILES = {
             take_bytes=8 << 20,
         ),
         Profile(
-            "remote",
+            "bucket",
             block_rows=2_048,
             shuffle_buffer_size=262_144,
             min_io_threads=16,
@@ -118,15 +120,30 @@ DEFAULT_PROFILE = PROFILES["local"]
 """The profile ``auto`` picks for a URI no profile claims (none does: every kind has one)."""
 AUTO = "auto"
 """The ``storage_profile`` that picks a profile by the table URI's scheme."""
+RENAMED = {"remote": "bucket"}
+"""Old profile names, still accepted with a ``DeprecationWarning`` that names the new one
+(``"remote"`` was object storage's profile; "remote" names a LanceDB server now)."""
 
 
-def choose_profile(storage_profile: object, uri: str) -> Profile:
+def choose_profile(storage_profile: object, uri: str, *, stacklevel: int = 1) -> Profile:
     """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``: the
     profile whose ``schemes`` name it, else the profile of its kind (``core/uris.py``).
+
+    An old name (``RENAMED``) gives the profile of its new name and warns
+    ``DeprecationWarning`` at the frame ``stacklevel`` above the caller (1: the caller).
 
     Raises:
         ValueError: ``storage_profile`` is not ``"auto"`` or a name in ``PROFILES``.
     """
+    if isinstance(storage_profile, str) and storage_profile in RENAMED:
+        new = RENAMED[storage_profile]
+        warnings.warn(
+            f"storage_profile={storage_profile!r} is deprecated: the object storage profile is named "
+            f"{new!r} now (a 'remote' table is one of a LanceDB server); pass storage_profile={new!r}",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
+        storage_profile = new
     if storage_profile == AUTO:
         scheme, kind = scheme_of(uri), kind_of(uri)
         claimed = next((p for p in PROFILES.values() if scheme in p.schemes), None)
@@ -136,21 +153,27 @@ def choose_profile(storage_profile: object, uri: str) -> Profile:
     *names, last = [repr(name) for name in (AUTO, *PROFILES)]
     raise ValueError(
         f"storage_profile must be {', '.join(names)} or {last}, got {storage_profile!r}; 'auto' "
-        "picks 'remote' for object-store URIs (s3://, gs://, az://), 'lancedb-server' for a table "
+        "picks 'bucket' for object-store URIs (s3://, gs://, az://), 'lancedb-server' for a table "
         "on a LanceDB server (db://) and 'local' otherwise"
     )
 
 
 def profile_for(
-    storage_profile: object, uri: str, *, block_rows: int | None, shuffle_buffer_size: int | None
+    storage_profile: object,
+    uri: str,
+    *,
+    block_rows: int | None,
+    shuffle_buffer_size: int | None,
+    stacklevel: int = 1,
 ) -> tuple[Profile, bool]:
     """The settings to use, and whether they are all the profile's.
 
     Explicit ``block_rows`` / ``shuffle_buffer_size`` win over the profile's. The
     flag is True when neither was given, so the plan is the profile's and a
     checkpoint of another profile's plan may be adopted (``Options.adopting``).
+    An old profile name warns at the frame ``stacklevel`` above the caller (``choose_profile``).
     """
-    profile = choose_profile(storage_profile, uri)
+    profile = choose_profile(storage_profile, uri, stacklevel=stacklevel + 1)
     chosen = dataclasses.replace(
         profile,
         block_rows=profile.block_rows if block_rows is None else block_rows,
@@ -172,7 +195,7 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     - Any other (local disk): its numbers (64-row blocks, a 32,768-row buffer),
       made smaller for rows wide enough that a block would pass ``WIDE_BLOCK_BYTES``.
     - Either way the buffer holds at most ``buffer_bytes`` (whole blocks, one at
-      least; 64 MiB on a local disk, 128 MiB remote), so the rows read ahead stay
+      least; 64 MiB on a local disk, 128 MiB in a bucket or on a server), so the rows read ahead stay
       within two buffers whether a row holds a vector, an image or a video; and
       with ``take_bytes`` a take carries at most that many bytes of rows.
 
