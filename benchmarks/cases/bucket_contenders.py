@@ -63,7 +63,7 @@ def _ours(where: Where, **settings: Any) -> Iterator[Any]:
 
 
 def ours_auto(where: Where) -> Iterator[Any]:
-    """Ours with no plan settings: the profile the URI picks (the remote profile on ``s3://``)."""
+    """Ours with no plan settings: the profile the URI picks (the bucket profile on ``s3://``)."""
     return _ours(where)
 
 
@@ -73,8 +73,8 @@ def ours_local(where: Where) -> Iterator[Any]:
 
 
 def ours_bucket(where: Where) -> Iterator[Any]:
-    """Ours with ``storage_profile="remote"``."""
-    return _ours(where, storage_profile="remote")
+    """Ours with ``storage_profile="bucket"``."""
+    return _ours(where, storage_profile="bucket")
 
 
 def ours_bucket_k2(where: Where) -> Iterator[Any]:
@@ -123,7 +123,7 @@ def lance_batches(where: Where) -> Iterator[Any]:
 FIXED: dict[str, tuple[str, Callable[[Where], Iterator[Any]]]] = {
     "raw_scan": ("raw Lance scan (to_batches), unshuffled", raw_scan),
     "ours_local": ('ours, storage_profile="local" (the local defaults)', ours_local),
-    "ours_bucket": ('ours, storage_profile="remote"', ours_bucket),
+    "ours_bucket": ('ours, storage_profile="bucket"', ours_bucket),
     "ours_bucket_k2": ("ours, the URI's defaults, k=2 (two worker processes)", ours_bucket_k2),
     "peer": ("peer StreamingDataLoader(256), k=0", peer),
     "lance_fragments": ("lance.torch ShardedFragmentSampler(randomize=True)", lance_fragments),

@@ -129,7 +129,7 @@ def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
             else ""
         )
         lines.append(
-            f"- {rows:,} rows at {delay}: the remote profile reads {rate:.2f}x the raw scan's rows/s "
+            f"- {rows:,} rows at {delay}: the bucket profile reads {rate:.2f}x the raw scan's rows/s "
             f"(>= 0.5x): {_verdict(rate >= 0.5)}; makes {requests:.1f}x its requests per 1,000 rows "
             f"(<= 5x): {_verdict(requests <= 5)}{mixed}; peak RSS {ours['rss']:,.0f} MiB (< 1,024): "
             f"{_verdict(ours['rss'] < 1024)}."
@@ -142,7 +142,7 @@ def _size_targets(found: dict[str, Any], delay: str, rows: int) -> list[str]:
             f"{local['ours_local'] / local['raw_scan']:.2f}x the raw scan (>= 0.24x): "
             f"{_verdict(local['ours_local'] >= 0.24 * local['raw_scan'])} and "
             f"{local['ours_local'] / max(local['peer'], 1e-9):.1f}x the peer (>= 10x): "
-            f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the remote profile reads "
+            f"{_verdict(local['ours_local'] >= 10 * local['peer'])}; the bucket profile reads "
             f"{local['ours_bucket'] / local['ours_local']:.2f}x the local defaults (>= 0.8x): "
             f"{_verdict(local['ours_bucket'] >= 0.8 * local['ours_local'])}."
         )

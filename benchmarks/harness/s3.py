@@ -110,21 +110,31 @@ def make_bucket(endpoint: str, bucket: str, options: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
+def started_relay(
+    server_endpoint: str, *, log: IO[str] | None = None, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A relay (no delay yet) in front of the server at ``server_endpoint``, in a process of
+    its own; yields its URL and stops it at the end (``env``: the relay's environment)."""
+    upstream = server_endpoint.rsplit("/", 1)[1]
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.harness.relay", "--upstream", upstream, "--delay-ms", "0"],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        env=env,
+    )
+    try:
+        assert relay.stdout is not None
+        yield f"http://127.0.0.1:{int(relay.stdout.readline())}"
+    finally:
+        relay.terminate()
+        relay.wait(timeout=30)
+
+
+@contextlib.contextmanager
 def running_store(log_path: str) -> Iterator[Store]:
     """Start moto's server and a relay (no delay yet), make the bucket, stop both at the end."""
-    with open(log_path, "w") as log, moto_server(log) as endpoint:
-        upstream = endpoint.rsplit("/", 1)[1]
-        relay = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.harness.relay", "--upstream", upstream, "--delay-ms", "0"],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-        try:
-            assert relay.stdout is not None
-            store = Store(endpoint, f"http://127.0.0.1:{int(relay.stdout.readline())}")
-            make_bucket(endpoint, BUCKET, _KEYS)
-            yield store
-        finally:
-            relay.terminate()
-            relay.wait(timeout=30)
+    with open(log_path, "w") as log, moto_server(log) as endpoint, started_relay(endpoint, log=log) as relay:
+        store = Store(endpoint, relay)
+        make_bucket(endpoint, BUCKET, _KEYS)
+        yield store

@@ -152,7 +152,7 @@ def run(args: argparse.Namespace, folder: str, store: Store) -> dict[str, Any]:
 def _mixing(tables: mixing.SortedTables, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from streaming.core.profiles import PROFILES
 
-    local, remote = PROFILES["local"], PROFILES["remote"]
+    local, remote = PROFILES["local"], PROFILES["bucket"]
     found = {
         "raw_scan": mixing.ratios(mixing.scan_labels, tables, splits=False),
         "ours_local": mixing.ratios(mixing.ours_labels(local.block_rows, local.shuffle_buffer_size), tables),

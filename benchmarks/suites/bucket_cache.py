@@ -3,7 +3,7 @@
     python -m benchmarks bucket_cache [--rows 200000 1000000] [--delay 25] [--out docs/benchmarks.md]
 
 (``python -m benchmarks bucket`` runs it too, on its tables, unless ``--no-cache``.)
-For each table size: ours with the remote profile (k=0, batches of 256) reads two
+For each table size: ours with the bucket profile (k=0, batches of 256) reads two
 epochs in one fresh process through the relay, without the cache and with an empty
 one; then a second process reads an epoch over the warm cache (another run on the
 machine); and the same two epochs from the table's copy on local disk, the same
@@ -41,7 +41,7 @@ RUNS = (
 
 
 def probe(
-    where: Where, cache_dir: str | None, relay: str | None, epochs: int, profile: str = "remote"
+    where: Where, cache_dir: str | None, relay: str | None, epochs: int, profile: str = "bucket"
 ) -> list[dict[str, Any]]:
     """Read ``epochs`` epochs in this process with ``profile`` ("auto": the URI's default);
     rows, seconds and relay requests of each."""
@@ -81,7 +81,7 @@ def probe(
 
 
 def _run(
-    where: Where, cache_dir: str | None, store: Store | None, epochs: int, profile: str = "remote"
+    where: Where, cache_dir: str | None, store: Store | None, epochs: int, profile: str = "bucket"
 ) -> list[dict[str, Any]]:
     if store is not None:
         store.reset()
@@ -139,7 +139,7 @@ def render(measured: dict[int, dict[str, Any]], delay: float, repeats: int) -> s
         "## Object storage: the local cache",
         "",
         f"`python -m benchmarks bucket_cache` (also run by `python -m benchmarks bucket`): ours "
-        f'with `storage_profile="remote"`, k=0, batches of {BATCH_SIZE}, {NUM_SPLITS} splits, on '
+        f'with `storage_profile="bucket"`, k=0, batches of {BATCH_SIZE}, {NUM_SPLITS} splits, on '
         f"tables of 0.5 KiB rows in 16 fragments on moto's S3 server behind a relay adding "
         f"{delay:g} ms to every request. Two epochs in one fresh process; rows/s over each "
         "whole pass (epoch 1 includes construction); requests counted by the relay per epoch "

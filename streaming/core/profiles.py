@@ -14,12 +14,16 @@ Pure: no torch, no Lance.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
+
+from .uris import Kind, kind_of, scheme_of
 
 __all__ = [
     "AUTO",
     "DEFAULT_PROFILE",
     "PROFILES",
+    "RENAMED",
     "Profile",
     "choose_profile",
     "profile_for",
@@ -28,7 +32,7 @@ __all__ = [
 
 
 BLOCK_BYTES = 2 << 20
-"""The remote profiles' block is the largest power of two of rows up to this many bytes."""
+"""The bucket and LanceDB server profiles' block is the largest power of two of rows up to this many bytes."""
 WIDE_BLOCK_BYTES = 1 << 20
 """Any other profile's block holds at most this many bytes of rows (one row at least)."""
 BUFFER_BYTES = 128 << 20
@@ -62,8 +66,11 @@ class Profile:
     equal size, at most this many offsets each, run in parallel, so reads of few, big
     fragments still use every read thread (0: one take per fragment, which Lance
     splits into requests itself)."""
+    kind: Kind | None = None
+    """The kind of URI (``core/uris.py`` ``kind_of``) ``storage_profile="auto"`` picks this
+    profile for (the first such profile), unless a profile's ``schemes`` claim the URI's scheme."""
     schemes: tuple[str, ...] = ()
-    """URI schemes ``storage_profile="auto"`` picks this profile for."""
+    """URI schemes ``storage_profile="auto"`` picks this profile for, before any ``kind``."""
     block_bytes: int | None = None
     """When set, ``sized`` gives a table's rows blocks of up to this many bytes (and a
     buffer of ``BLOCKS_PER_BUFFER`` blocks), larger or smaller than ``block_rows``;
@@ -81,18 +88,19 @@ PROFILES = {
     for profile in (
         Profile(
             "local",
+            kind="local",
             block_rows=64,
             shuffle_buffer_size=32_768,
             buffer_bytes=64 << 20,
             take_bytes=8 << 20,
         ),
         Profile(
-            "remote",
+            "bucket",
             block_rows=2_048,
             shuffle_buffer_size=262_144,
             min_io_threads=16,
             take_rows=0,
-            schemes=("s3", "s3+ddb", "gs", "gcs", "az", "abfs", "abfss", "azure", "oss", "hf"),
+            kind="bucket",
             block_bytes=BLOCK_BYTES,
         ),
         Profile(
@@ -101,7 +109,7 @@ PROFILES = {
             shuffle_buffer_size=262_144,
             min_io_threads=16,
             take_rows=8_192,
-            schemes=("db",),
+            kind="remote",
             block_bytes=BLOCK_BYTES,
             take_bytes=16 << 20,
         ),
@@ -109,40 +117,63 @@ PROFILES = {
 }
 """Every storage profile, by name."""
 DEFAULT_PROFILE = PROFILES["local"]
-"""The profile ``auto`` picks for a URI no profile claims (a path, ``file://``, ``memory://``)."""
+"""The profile ``auto`` picks for a URI no profile claims (none does: every kind has one)."""
 AUTO = "auto"
 """The ``storage_profile`` that picks a profile by the table URI's scheme."""
+RENAMED = {"remote": "bucket"}
+"""Old profile names, still accepted with a ``DeprecationWarning`` that names the new one
+(``"remote"`` was object storage's profile; "remote" names a LanceDB server now)."""
 
 
-def choose_profile(storage_profile: object, uri: str) -> Profile:
-    """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``.
+def choose_profile(storage_profile: object, uri: str, *, stacklevel: int = 1) -> Profile:
+    """The profile ``storage_profile`` names; ``"auto"`` picks by the scheme of ``uri``: the
+    profile whose ``schemes`` name it, else the profile of its kind (``core/uris.py``).
+
+    An old name (``RENAMED``) gives the profile of its new name and warns
+    ``DeprecationWarning`` at the frame ``stacklevel`` above the caller (1: the caller).
 
     Raises:
         ValueError: ``storage_profile`` is not ``"auto"`` or a name in ``PROFILES``.
     """
+    if isinstance(storage_profile, str) and storage_profile in RENAMED:
+        new = RENAMED[storage_profile]
+        warnings.warn(
+            f"storage_profile={storage_profile!r} is deprecated: the object storage profile is named "
+            f"{new!r} now (a 'remote' table is one of a LanceDB server); pass storage_profile={new!r}",
+            DeprecationWarning,
+            stacklevel=stacklevel + 1,
+        )
+        storage_profile = new
     if storage_profile == AUTO:
-        scheme = uri.split("://", 1)[0].lower() if "://" in uri else "file"
-        return next((p for p in PROFILES.values() if scheme in p.schemes), DEFAULT_PROFILE)
+        scheme, kind = scheme_of(uri), kind_of(uri)
+        claimed = next((p for p in PROFILES.values() if scheme in p.schemes), None)
+        return claimed or next((p for p in PROFILES.values() if p.kind == kind), DEFAULT_PROFILE)
     if isinstance(storage_profile, str) and storage_profile in PROFILES:
         return PROFILES[storage_profile]
     *names, last = [repr(name) for name in (AUTO, *PROFILES)]
     raise ValueError(
         f"storage_profile must be {', '.join(names)} or {last}, got {storage_profile!r}; 'auto' "
-        "picks 'remote' for object-store URIs (s3://, gs://, az://), 'lancedb-server' for a table "
+        "picks 'bucket' for object-store URIs (s3://, gs://, az://), 'lancedb-server' for a table "
         "on a LanceDB server (db://) and 'local' otherwise"
     )
 
 
 def profile_for(
-    storage_profile: object, uri: str, *, block_rows: int | None, shuffle_buffer_size: int | None
+    storage_profile: object,
+    uri: str,
+    *,
+    block_rows: int | None,
+    shuffle_buffer_size: int | None,
+    stacklevel: int = 1,
 ) -> tuple[Profile, bool]:
     """The settings to use, and whether they are all the profile's.
 
     Explicit ``block_rows`` / ``shuffle_buffer_size`` win over the profile's. The
     flag is True when neither was given, so the plan is the profile's and a
     checkpoint of another profile's plan may be adopted (``Options.adopting``).
+    An old profile name warns at the frame ``stacklevel`` above the caller (``choose_profile``).
     """
-    profile = choose_profile(storage_profile, uri)
+    profile = choose_profile(storage_profile, uri, stacklevel=stacklevel + 1)
     chosen = dataclasses.replace(
         profile,
         block_rows=profile.block_rows if block_rows is None else block_rows,
@@ -164,7 +195,7 @@ def sized(profile: Profile, row_bytes: float | None) -> Profile:
     - Any other (local disk): its numbers (64-row blocks, a 32,768-row buffer),
       made smaller for rows wide enough that a block would pass ``WIDE_BLOCK_BYTES``.
     - Either way the buffer holds at most ``buffer_bytes`` (whole blocks, one at
-      least; 64 MiB on a local disk, 128 MiB remote), so the rows read ahead stay
+      least; 64 MiB on a local disk, 128 MiB in a bucket or on a server), so the rows read ahead stay
       within two buffers whether a row holds a vector, an image or a video; and
       with ``take_bytes`` a take carries at most that many bytes of rows.
 

@@ -73,6 +73,7 @@ def _options(table: Any, given: Mapping[str, Any]) -> Options:
         source.table_uri(table),
         block_rows=given["block_rows"],
         shuffle_buffer_size=given["shuffle_buffer_size"],
+        stacklevel=4,  # the caller of StreamingDataset() (through build_engine)
     )
     filled = {
         "rank": rank,

@@ -104,16 +104,16 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
             defaults to the latest at construction.
         storage_options: Object-store options (credentials); never stored in a state.
         block_rows: Consecutive rows read and shuffled as one block; ``None``: the
-            storage profile's (64 local; remote: the most rows, a power of two,
+            storage profile's (64 local; bucket: the most rows, a power of two,
             within 2 MiB, e.g. 2,048 for 0.5 KiB rows).
         shuffle_buffer_size: Rows (over all splits) permuted together; each split's
             window is ``max(1, shuffle_buffer_size // (S * block_rows))`` blocks.
-            ``None``: the storage profile's (32,768 local; 128 blocks remote).
+            ``None``: the storage profile's (32,768 local; 128 blocks in a bucket).
         storage_profile: Where the plan settings above come from when not given:
-            ``"local"`` (small blocks, small buffer), ``"remote"`` (blocks of about
+            ``"local"`` (small blocks, small buffer), ``"bucket"`` (blocks of about
             1 to 2 MiB, which object storage needs to be fast and cheap, a buffer
             of 128 blocks to keep the mixing, at least 16 read threads and one
-            Lance take per fragment), or ``"auto"`` (default): ``"remote"`` for
+            Lance take per fragment), or ``"auto"`` (default): ``"bucket"`` for
             object-store URIs (``s3://``, ``gs://``, ``az://``),
             ``"lancedb-server"`` (the same sizes, takes of 8,192 rows) for a remote
             LanceDB table, else ``"local"``.

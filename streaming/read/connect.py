@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..core.uris import kind_of
+
 __all__ = ["is_db_uri", "open_db_table"]
 
 _SCHEME = "db://"
@@ -19,8 +21,8 @@ _REFUSED = (" 401 ", " 403 ")
 
 
 def is_db_uri(uri: str) -> bool:
-    """True for ``db://...``, the URI of a table on a LanceDB server."""
-    return uri.startswith(_SCHEME)
+    """True for ``db://...``, the URI of a table on a LanceDB server (``core/uris.py``)."""
+    return kind_of(uri) == "remote"
 
 
 def open_db_table(
@@ -33,7 +35,7 @@ def open_db_table(
         PermissionError: the server refused ``api_key``.
         ConnectionError: the server could not be reached or answered another error.
     """
-    database, _, path = uri[len(_SCHEME) :].partition("/")
+    database, _, path = uri.partition("://")[2].partition("/")
     parts = [part for part in path.split("/") if part]
     if not is_db_uri(uri) or not database or not parts:
         raise ValueError(

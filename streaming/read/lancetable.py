@@ -2,15 +2,18 @@
 
 ``LanceTable`` holds this process's ``lance.LanceDataset`` at the pinned version and
 answers what the reader asks of it, by asking Lance. Its kind comes from the URI's
-scheme, once, when ``read/opening.py`` opens it: ``"local"`` for a path,
-``file://`` or ``memory://``, ``"bucket"`` for any object store (``s3://``, ``gs://``,
-``az://``, ...), which is the kind the local cache serves (``through_cache``).
+scheme (``core/uris.py`` ``kind_of``), once, when ``read/opening.py`` opens it:
+``"local"`` for a path, ``file://`` or ``memory://``, ``"bucket"`` for any object store
+(``s3://``, ``gs://``, ``az://``, ...), which is the kind the local cache serves
+(``through_cache``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from ..core.uris import kind_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -19,9 +22,8 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
     from .table import Kind, Table
 
-__all__ = ["LanceTable", "handle_options"]
+__all__ = ["LanceTable", "chosen_options", "handle_options"]
 
-_LOCAL_SCHEMES = ("", "file", "file+uring", "memory")
 _LANCE_SET = ("user_agent",)
 """Options Lance adds by itself when it opens a dataset; not the user's to pass on."""
 
@@ -40,10 +42,14 @@ def handle_options(dataset: Any) -> dict[str, str] | None:
     return chosen or None
 
 
-def _kind_of(uri: str) -> Kind:
-    """``"local"`` for a table on this machine (a path, ``file://``, ``memory://``), else ``"bucket"``."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    return "local" if scheme in _LOCAL_SCHEMES else "bucket"
+def chosen_options(given: Mapping[str, str] | None, dataset: Any) -> Mapping[str, str] | None:
+    """The storage options a table is read with: the user's ``storage_options=`` when given
+    (they win), else those its handle ``dataset`` was opened with (``handle_options``).
+
+    The one rule of their precedence: the snapshot every process opens, this process's
+    ``LanceTable`` and the cache's downloads all take what it returns.
+    """
+    return given if given is not None else handle_options(dataset)
 
 
 class LanceTable:
@@ -56,9 +62,9 @@ class LanceTable:
         """This process's ``lance.LanceDataset`` at the pinned version."""
         self.uri = str(dataset.uri)
         self.version = int(dataset.version)
-        self.kind: Kind = _kind_of(self.uri)
-        self.storage_options = handle_options(dataset) or storage_options
-        """The options it was opened with (credentials; the cache's downloads use them)."""
+        self.kind: Kind = "local" if kind_of(self.uri) == "local" else "bucket"
+        self.storage_options = chosen_options(storage_options, dataset)
+        """The options it is read with (credentials; the cache's downloads use them)."""
 
     def __repr__(self) -> str:
         return f"LanceTable(uri={self.uri!r}, version={self.version}, kind={self.kind!r})"

@@ -20,9 +20,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.uris import kind_of, scheme_of
 from ..errors import SnapshotGoneError
 from . import remote
-from .lancetable import LanceTable, handle_options
+from .lancetable import LanceTable, chosen_options, handle_options
 from .table import Table
 
 __all__ = [
@@ -114,7 +115,7 @@ _RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
 def _open_error(uri: str, version: int | None, options: Any, error: ValueError) -> Exception:
     """Our sentence with the fix in front of what Lance said when ``uri`` did not open."""
     said = _RUST_SOURCE.sub("", " ".join(str(error).split()))
-    lowered, scheme = said.lower(), uri.split("://", 1)[0] if "://" in uri else "file"
+    lowered, kind = said.lower(), kind_of(uri)
     if version is not None and "not found" in lowered and ".manifest" in lowered:
         return SnapshotGoneError(
             f"version {version} of table {uri!r} no longer exists (it was cleaned up "
@@ -124,18 +125,18 @@ def _open_error(uri: str, version: int | None, options: Any, error: ValueError) 
             "resume from when old versions are cleaned up"
         )
     if "no object store provider found for scheme" in lowered:
-        if scheme == "db":
+        if kind == "remote":
             return ValueError(
                 f"{uri!r} is a table on a LanceDB server, not a Lance dataset URI: pass the table, "
                 "lancedb.connect('db://DATABASE', api_key=...).open_table(NAME)"
             )
         return ValueError(
-            f"cannot open table {uri!r}: Lance reads no {scheme!r} URIs; pass a local path or an "
+            f"cannot open table {uri!r}: Lance reads no {scheme_of(uri)!r} URIs; pass a local path or an "
             f"s3://, gs:// or az:// URI (Lance said: {said})"
         )
     if "not found" in lowered:
         return ValueError(f"no Lance table at {uri!r}: check the URI (Lance said: {said})")
-    if scheme != "file":
+    if kind == "bucket":
         fix = "check storage_options=" if options else "pass storage_options="
         return ValueError(
             f"cannot open table {uri!r} on object storage: {fix} (credentials, region, and "
@@ -155,9 +156,11 @@ def open_table(
     """Turn a LanceDB table, a ``lance.LanceDataset`` or a URI into a snapshot.
 
     Returns the snapshot (pinned to ``version``, default the latest now) and this
-    process's ``Table`` of it. Without ``storage_options`` the snapshot takes those
-    the Lance handle was opened with (``handle_options``). A table on a LanceDB
-    server (``read/remote.py``) is pinned by its version on the server.
+    process's ``Table`` of it. The snapshot takes the user's ``storage_options``, else
+    those the Lance handle was opened with (``chosen_options``); a handle opened with
+    other options is opened again with the snapshot's, so that every reader of the table
+    uses the same. A table on a LanceDB server (``read/remote.py``) is pinned by its
+    version on the server.
     """
     mark_used()
     if remote.is_remote(table):
@@ -166,12 +169,13 @@ def open_table(
     dataset = _as_dataset(table, storage_options=storage_options)
     uri = str(dataset.uri)
     pinned = int(version) if version is not None else int(dataset.version)
-    if storage_options is None:
-        storage_options = handle_options(dataset)
-    snapshot = Snapshot(uri, pinned, storage_options, table_name, connection_factory)
+    options = chosen_options(storage_options, dataset)
+    snapshot = Snapshot(uri, pinned, options, table_name, connection_factory)
+    if options != handle_options(dataset):  # a handle opened with other options: open it again
+        return snapshot, open_snapshot(snapshot, fresh=True)
     if int(dataset.version) != pinned:
         return snapshot, open_snapshot(snapshot)
-    table = LanceTable(dataset, storage_options=storage_options)
+    table = LanceTable(dataset, storage_options=options)
     _remember(_key(snapshot), table)
     return snapshot, table
 

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from ..core.uris import Kind, kind_of
 from .remoteids import RowIdCache
 from .remoteretry import call
 
 if TYPE_CHECKING:
     from ..core.cachesettings import CacheSettings
     from ..core.stats import Counters
-    from .table import Kind
 
 __all__ = ["FRAGMENT_ROWS", "Connection", "RemoteSnapshot", "is_remote", "open_remote", "remote_uri"]
 
@@ -84,7 +84,7 @@ class Connection:
     def server(self) -> str:
         """The server as an error names it: its address (``host_override``), else its database
         and region (LanceDB Cloud); never the key."""
-        database = self.uri.split("/")[2] if self.uri.startswith("db://") else self.uri
+        database = self.uri.split("/")[2] if kind_of(self.uri) == "remote" else self.uri
         try:
             settings = json.loads(self.state or "{}")
         except ValueError:

@@ -27,7 +27,9 @@ Pure: imports neither Lance nor torch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..core.uris import Kind
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,9 +39,6 @@ if TYPE_CHECKING:
     from ..core.stats import Counters
 
 __all__ = ["PLACES", "Fragment", "Kind", "Table"]
-
-Kind = Literal["local", "bucket", "remote"]
-"""Where a table lives: local disk, object storage (a bucket), or a LanceDB server."""
 
 PLACES: dict[Kind, str] = {
     "local": "on local disk",

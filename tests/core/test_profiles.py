@@ -29,11 +29,11 @@ from helpers import make_table
 @pytest.mark.parametrize(
     ("uri", "expected"),
     [
-        ("s3://bucket/table.lance", "remote"),
-        ("S3://bucket/table.lance", "remote"),
-        ("gs://bucket/table.lance", "remote"),
-        ("az://container/table.lance", "remote"),
-        ("abfss://container@account.dfs.core.windows.net/t.lance", "remote"),
+        ("s3://bucket/table.lance", "bucket"),
+        ("S3://bucket/table.lance", "bucket"),
+        ("gs://bucket/table.lance", "bucket"),
+        ("az://container/table.lance", "bucket"),
+        ("abfss://container@account.dfs.core.windows.net/t.lance", "bucket"),
         ("/data/table.lance", "local"),
         ("relative/table.lance", "local"),
         ("file:///data/table.lance", "local"),
@@ -48,14 +48,28 @@ def test_auto_picks_by_scheme(uri, expected):
 @pytest.mark.parametrize("bad", ["fast", "", None, 3, "Remote"])
 def test_an_unknown_profile_names_field_value_and_choices(bad):
     with pytest.raises(
-        ValueError, match=r"storage_profile must be 'auto', 'local', 'remote' or 'lancedb-server', got"
+        ValueError, match=r"storage_profile must be 'auto', 'local', 'bucket' or 'lancedb-server', got"
     ) as error:
         choose_profile(bad, "s3://b/t.lance")
     assert repr(bad) in str(error.value)
 
 
+def test_the_old_name_remote_gives_the_bucket_profile_with_a_deprecation_warning(tmp_path):
+    with pytest.warns(DeprecationWarning, match=r"storage_profile='remote' is deprecated.*'bucket'"):
+        assert choose_profile("remote", "/t.lance") is PROFILES["bucket"]
+    uri = make_table(tmp_path / "t.lance", [300])
+    with pytest.warns(DeprecationWarning, match=r"pass storage_profile='bucket'") as warned:
+        old = StreamingDataset(uri, num_splits=2, storage_profile="remote")
+    assert [warning.filename for warning in warned] == [__file__], "the warning names the caller's line"
+    plans = {
+        name: StreamingDataset(uri, num_splits=2, storage_profile=name).state_dict()["plan"]
+        for name in ("bucket", "local")
+    }
+    assert old.state_dict()["plan"] == plans["bucket"] != plans["local"]
+
+
 def test_explicit_settings_win_and_mark_the_plan_as_the_users():
-    remote = PROFILES["remote"]
+    remote = PROFILES["bucket"]
     chosen, from_profile = profile_for("auto", "s3://b/t", block_rows=None, shuffle_buffer_size=None)
     assert (chosen.block_rows, chosen.shuffle_buffer_size, from_profile) == (
         remote.block_rows,
@@ -115,8 +129,8 @@ def test_explicit_plans_are_never_adopted():
 
 def test_the_remote_profile_reads_with_more_threads():
     assert _options(io_queue_depth=4).io_threads == 4
-    remote = _options(io_queue_depth=4, profile=PROFILES["remote"])
-    assert remote.io_threads == PROFILES["remote"].min_io_threads == 16
+    remote = _options(io_queue_depth=4, profile=PROFILES["bucket"])
+    assert remote.io_threads == PROFILES["bucket"].min_io_threads == 16
     assert dataclasses.replace(remote, io_queue_depth=32).io_threads == 32
 
 
@@ -126,7 +140,7 @@ def _power_of_two(value: int) -> bool:
 
 @given(row_bytes=st.floats(0.01, 1e9, allow_nan=False))
 def test_the_remote_block_fits_its_bytes_and_the_buffer_holds_128_blocks_within_its_bytes(row_bytes):
-    profile = sized(PROFILES["remote"], row_bytes)
+    profile = sized(PROFILES["bucket"], row_bytes)
     block = profile.block_rows
     low, high = BLOCK_ROWS_RANGE
     assert low <= block <= high and _power_of_two(block), "a power of two within range"
@@ -136,7 +150,7 @@ def test_the_remote_block_fits_its_bytes_and_the_buffer_holds_128_blocks_within_
     assert buffer % block == 0 and block <= buffer <= 128 * block, "whole blocks"
     assert buffer == 128 * block or (buffer + block) * row_bytes > BUFFER_BYTES, "128 unless too many bytes"
     assert buffer * row_bytes <= BUFFER_BYTES or buffer == block
-    assert profile.take_rows == PROFILES["remote"].take_rows == 0, "one take per fragment and read"
+    assert profile.take_rows == PROFILES["bucket"].take_rows == 0, "one take per fragment and read"
 
 
 @given(row_bytes=st.floats(0.01, 1e9, allow_nan=False))
@@ -171,11 +185,11 @@ def test_the_local_profile_for_narrow_rows_and_images(row_bytes, block, buffer, 
 
 
 def test_without_a_row_size_the_remote_profile_keeps_its_numbers():
-    assert sized(PROFILES["remote"], None) == PROFILES["remote"]
-    half = sized(PROFILES["remote"], 524)
-    assert half.block_rows == PROFILES["remote"].block_rows, "its block is that of 0.5 KiB rows"
+    assert sized(PROFILES["bucket"], None) == PROFILES["bucket"]
+    half = sized(PROFILES["bucket"], 524)
+    assert half.block_rows == PROFILES["bucket"].block_rows, "its block is that of 0.5 KiB rows"
     assert half.shuffle_buffer_size == 125 * 2_048, "its buffer: as many whole blocks as 128 MiB holds"
-    tiny = sized(PROFILES["remote"], 64)
+    tiny = sized(PROFILES["bucket"], 64)
     assert (tiny.block_rows, tiny.shuffle_buffer_size) == (8_192, 128 * 8_192), "128 blocks while they fit"
 
 
@@ -233,10 +247,10 @@ def test_a_storage_profile_is_one_registry_entry(monkeypatch):
     monkeypatch.setitem(PROFILES, "nfs", nfs)
     assert choose_profile("auto", "NFS://host/t.lance") is nfs
     assert choose_profile("nfs", "/t.lance") is nfs
-    assert choose_profile("auto", "s3://b/t.lance").name == "remote"
+    assert choose_profile("auto", "s3://b/t.lance").name == "bucket"
     assert choose_profile("auto", "/t.lance").name == "local"
     assert choose_profile("auto", "db://bench/train").name == "lancedb-server"
-    choices = r"'auto', 'local', 'remote', 'lancedb-server' or 'nfs'"
+    choices = r"'auto', 'local', 'bucket', 'lancedb-server' or 'nfs'"
     with pytest.raises(ValueError, match=rf"storage_profile must be {choices}, got"):
         choose_profile("fast", "/t.lance")
     sized_nfs = sized(nfs, 1024)

@@ -240,7 +240,7 @@ def mean_distinct(labels: np.ndarray, batch: int) -> float:
     return float(np.mean([len(set(chunk)) for chunk in labels[:usable].reshape(-1, batch)]))
 
 
-@pytest.mark.parametrize("profile", ["local", "remote"])
+@pytest.mark.parametrize("profile", ["local", "bucket"])
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_mixing_on_a_label_sorted_table(tmp_path, num_splits, profile):
     """G12: either profile's defaults mix >= 0.8x a uniform permutation (40k rows, 10 labels)."""
@@ -252,7 +252,7 @@ def test_mixing_on_a_label_sorted_table(tmp_path, num_splits, profile):
     assert ratio >= 0.8, f"mixing ratio {ratio:.3f}"
 
 
-@pytest.mark.parametrize("profile", ["local", "remote"])
+@pytest.mark.parametrize("profile", ["local", "bucket"])
 def test_mixing_at_scale(tmp_path, profile):
     """G12: >= 0.6x uniform on 2M rows, 1000 labels, batches of 256, S = 1 (either profile's defaults)."""
     uri = label_sorted_table(tmp_path / "big.lance", 2_000_000, 1000)

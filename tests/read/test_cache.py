@@ -25,7 +25,7 @@ from pathlib import Path
 import lance
 import pytest
 
-from benchmarks.harness.s3 import BUCKET, Store, running_store
+from benchmarks.harness.s3 import BUCKET, Store, running_store, started_relay
 from benchmarks.harness.tables import wide_chunk
 from streaming import CacheUnusedWarning, StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
@@ -69,7 +69,7 @@ def table(store, request) -> str:
     return uri
 
 
-def build(uri: str, store: Store, **kwargs) -> StreamingDataset:
+def build(uri: object, store: Store, **kwargs) -> StreamingDataset:
     return StreamingDataset(
         uri,
         storage_options=store.options(relayed=True),
@@ -295,6 +295,35 @@ def test_the_command_line_shows_and_clears_the_cache(store, table, tmp_path, cap
     assert epoch_ids(data, 1) == epoch_ids(build(table, store), 1)  # refills, reads right
     assert cli(["cache", str(tmp_path / "nothing")]) == 1
     assert "no cache at" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_users_storage_options_win_over_a_handles_in_every_reader(
+    store, table, relay_log, tmp_path, workers
+):
+    """A ``lance.LanceDataset`` opened with other options (through a second relay, stopped
+    once it is open: its options reach nothing after) and the user's ``storage_options``:
+    the trainer (k=0) or two worker processes (k=2, forkserver) and the cache's downloads
+    all read with the user's, so the epoch is a plain run's and every file is downloaded
+    once, through the user's relay."""
+    reference = epoch_ids(build(table, store), 0)
+    unlogged = {name: value for name, value in os.environ.items() if name != "RELAY_LOG"}
+    with started_relay(store.server_endpoint, env=unlogged) as endpoint:
+        handle = lance.dataset(
+            table,
+            storage_options={
+                **store.options(relayed=False),
+                "aws_endpoint": endpoint,
+                "client_max_retries": "0",
+            },
+        )
+    assert handle.initial_storage_options["aws_endpoint"] == endpoint
+    cache, requests = tmp_path / "cache", Requests(relay_log)
+    data = build(handle, store, cache_dir=cache)
+    assert epoch_ids(data, 0, workers=workers) == reference
+    files = table_files(table, store)
+    wait_filled(cache, files)
+    assert requests.downloads() == Counter(dict.fromkeys(files, 1))
 
 
 # -- several processes ------------------------------------------------------------------

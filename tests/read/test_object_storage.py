@@ -191,7 +191,7 @@ def _local_copy(s3_uri: str, s3: dict, path) -> str:
 def test_object_store_uris_get_the_remote_profile(s3, s3_uri, tmp_path):
     remote = StreamingDataset(s3_uri, storage_options=s3, num_splits=4)
     row_bytes = source.row_bytes(lance.dataset(s3_uri, storage_options=s3), None)
-    expected = sized(PROFILES["remote"], row_bytes)
+    expected = sized(PROFILES["bucket"], row_bytes)
     assert expected.block_rows >= 2048 and expected.shuffle_buffer_size == 128 * expected.block_rows
     assert remote.state_dict()["plan"]["block_rows"] == expected.block_rows
     local_plan = StreamingDataset(s3_uri, storage_options=s3, num_splits=4, storage_profile="local")
