@@ -37,11 +37,7 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--filter", metavar="F", help="SQL predicate")
     command.add_argument("--cache-dir", metavar="DIR", help="local cache of a table on object storage")
     command.add_argument("--no-shuffle", action="store_true", help="storage order")
-    command.add_argument(
-        "--no-tries",
-        action="store_true",
-        help="measure your settings only: try no other setting (nothing is then advised)",
-    )
+    command.add_argument("--no-tries", action="store_true", help="measure your settings only: try nothing")
     command.add_argument(
         "--try",
         dest="tries",

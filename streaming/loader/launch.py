@@ -11,6 +11,7 @@ into the loader.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing.forkserver
 import sys
 import weakref
@@ -170,18 +171,7 @@ class Launch:
             board.close()
             raise
 
-        def start_workers() -> Iterator[Any]:
-            try:
-                with seeded(loader, seed):
-                    batches = DataLoader.__iter__(loader)
-            finally:
-                shipping.close()
-            supervise(batches, description="iter(loader)")  # dead workers, semaphore names
-            if keep:  # as ``start``: the workers' pipes and shared memory live as long as they do
-                self._board = board
-                weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
-            return batches
-
+        start_workers = functools.partial(self._start_workers, seed, shipping, board, channel)
         own: Shares | PlainBatches = (
             PlainBatches(
                 plain.uncollated(own_items), batch_size=loader.batch_size or 1, drop_last=loader.drop_last
@@ -200,6 +190,23 @@ class Launch:
             keep=keep,
         )
         return ahead, None if keep else channel, own_iterator
+
+    def _start_workers(
+        self, seed: int, shipping: ExitStack, board: Board, channel: transfer.Channel | None
+    ) -> Iterator[Any]:
+        """On the head start's thread: start the workers (their pickles made while
+        ``shipping``), then end ``shipping``; kept workers keep ``board`` and ``channel``."""
+        loader = self._loader
+        try:
+            with seeded(loader, seed):
+                batches = DataLoader.__iter__(loader)
+        finally:
+            shipping.close()
+        supervise(batches, description="iter(loader)")  # dead workers, semaphore names
+        if self.persistent:  # as ``start``: the workers' pipes and shared memory live as long as they do
+            self._board = board
+            weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
+        return batches
 
     def _kept_alive(self) -> bool:
         """Whether the loader keeps workers and every one of them is alive.

@@ -179,15 +179,8 @@ class StreamingDataLoader(DataLoader[Any]):
             "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
         }
         super().__init__(dataset, **torch_keywords)
-        self._settle(
-            dataset,
-            given,
-            collate=collate,
-            finish=finish,
-            columnar=columnar,
-            here=chosen_here,
-            head_start=bool(head_start),
-        )
+        settled = {"collate": collate, "finish": finish, "columnar": columnar, "here": chosen_here}
+        self._settle(dataset, given, head_start=bool(head_start), **settled)
         self._len_counts = len_counts
 
     def __setattr__(self, name: str, value: Any) -> None:

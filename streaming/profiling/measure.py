@@ -119,31 +119,49 @@ def measure(
     wanted = first_window if past_first_window and per_split > window_rows else 0
     _draw(loader, dataset, clock, batches=batches, batch_size=batch_size, wanted_rows=wanted,
           step_seconds=step_seconds, seconds=(min_seconds, max_seconds), watch=watch, bar=bar)  # fmt: skip
+    return _measured(dataset, clock, watch, batch_size=batch_size, num_workers=num_workers), dataset
+
+
+def _measured(
+    dataset: Any, clock: _Clock, watch: PeakWatch, *, batch_size: int, num_workers: int
+) -> Measured:
+    """What one run measured, from its dataset's ``stats()``, its clock and its memory watch."""
     stats = dataset.stats()
     delivered = int(stats["rows_delivered"])
+    per_split, window_rows = max(1, dataset.split_length), dataset.plan.settings.window_rows
+    first_window = dataset.num_splits // dataset.world_size * min(per_split, window_rows)
     window = FITS if per_split <= window_rows else PAST if delivered > first_window else SHORT
-    return (
-        Measured(
-            batch_size=batch_size,
-            num_workers=num_workers,
-            num_splits=dataset.num_splits,
-            block_rows=dataset.plan.settings.block_rows,
-            shuffle_buffer_size=window_rows * dataset.num_splits,
-            open_seconds=clock.opened - clock.start,
-            first_batch_seconds=clock.first - clock.start,
-            batches=clock.batches,
-            rows=delivered - clock.first_rows,
-            loop_seconds=clock.end - clock.first,
-            wait_seconds=clock.waits,
-            window=window,
-            first_window_rows=first_window,
-            stats=stats,
-            trainer_peak_bytes=watch.trainer,
-            trainer_peak_reset=watch.reset,
-            worker_peak_bytes=watch.worker_peaks(),
-        ),
-        dataset,
+    return Measured(
+        batch_size=batch_size,
+        num_workers=num_workers,
+        num_splits=dataset.num_splits,
+        block_rows=dataset.plan.settings.block_rows,
+        shuffle_buffer_size=window_rows * dataset.num_splits,
+        open_seconds=clock.opened - clock.start,
+        first_batch_seconds=clock.first - clock.start,
+        batches=clock.batches,
+        rows=delivered - clock.first_rows,
+        loop_seconds=clock.end - clock.first,
+        wait_seconds=clock.waits,
+        window=window,
+        first_window_rows=first_window,
+        stats=stats,
+        trainer_peak_bytes=watch.trainer,
+        trainer_peak_reset=watch.reset,
+        worker_peak_bytes=watch.worker_peaks(),
     )
+
+
+def _count(clock: _Clock, dataset: Any, engine: Any, watch: PeakWatch, *, asked: float, got: float) -> None:
+    """One batch drawn: the first one's time and rows, a later one's wait; the memory watch."""
+    if clock.batches == 0:
+        clock.first = got
+        clock.first_rows = int(dataset.stats()["rows_delivered"])
+        watch.read(engine.worker_counters)
+    else:
+        clock.waits += got - asked
+        watch.read(engine.worker_counters, now=got)
+    clock.batches += 1
 
 
 def _draw(
@@ -173,14 +191,7 @@ def _draw(
             except StopIteration:
                 break
             got = time.perf_counter()
-            if clock.batches == 0:
-                clock.first = got
-                clock.first_rows = int(dataset.stats()["rows_delivered"])
-                watch.read(engine.worker_counters)
-            else:
-                clock.waits += got - asked
-                watch.read(engine.worker_counters, now=got)
-            clock.batches += 1
+            _count(clock, dataset, engine, watch, asked=asked, got=got)
             if bar is not None:
                 bar.update(1)
             if step_seconds > 0:

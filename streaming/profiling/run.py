@@ -15,6 +15,7 @@ settings that measure the run-to-run noise, and advises only what beat that nois
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Collection, Iterator
@@ -47,29 +48,20 @@ def profile(
     """Measure ``StreamingDataLoader(StreamingDataset(table, **settings), batch_size=...,
     num_workers=...)``, then try the changes worth trying and advise those that helped.
 
-    The measured run draws ``batches`` batches and goes on until the loop has read
-    past the first shuffle windows (read before the first batch: a rate inside them
-    is a rate from memory), unless the table fits in one window (``window`` says
-    which) or the epoch ends. ``settings`` are ``StreamingDataset``'s keywords
-    (``num_splits``, ``block_rows``, ``shuffle_buffer_size``, ``transform``,
-    ``storage_options``, ``cache_dir``, ...). ``step_seconds`` is spent after each
-    batch, as a training step would (without it the trainer only waits, and rows/s
-    is the loader's ceiling). ``progress`` shows a bar on stderr (``None``: when
-    stderr is a terminal).
+    The measured run draws ``batches`` batches and goes on past the first shuffle
+    windows (a rate inside them is a rate from memory) unless the table fits in one
+    (``window`` says which) or the epoch ends. ``settings`` are ``StreamingDataset``'s
+    keywords. ``step_seconds`` is spent after each batch, as a training step would.
+    ``progress`` shows a bar on stderr (``None``: when stderr is a terminal).
 
-    With ``tries=True`` (unless the loader already keeps up with the step), each
-    candidate change (other worker counts, a larger batch, larger blocks, a smaller
-    shuffle buffer, a local cache for a bucket's table) runs for as many rows on the
-    same table, between three more runs of the user's settings whose spread is the
-    run-to-run noise; blob encoding of large inline binary columns runs on two local
-    copies of the first rows (as stored, three times, and blob-encoded). ``advice()``
-    names only changes that beat the user's settings by more than that noise (and
-    5%), with before and after; a change the package refuses (a worker count the plan
-    cannot serve, say) is reported as refused.
-    ``tries`` may instead name what to try (of ``num_workers``, ``batch_size``,
-    ``block_rows``, ``shuffle_buffer_size``, ``cache_dir``, ``blob_encoding``; ``()``:
-    nothing, the three runs of the user's settings only); ``False`` runs nothing after
-    the measured run.
+    With ``tries=True`` (unless the loader keeps up with the step), each candidate
+    change (other worker counts, a larger batch, larger blocks, a smaller shuffle
+    buffer, a bucket's local cache; blob encoding on two local copies of the first
+    rows) runs for as many rows, between three more runs of the user's settings whose
+    spread is the noise. ``advice()`` names only changes that beat the user's settings
+    by more than that noise (and 5%), with before and after; one the package refuses
+    is reported as refused. ``tries`` may name what to try (of ``trials.KEYWORDS``;
+    ``()``: the three runs only); ``False`` runs nothing after the measured run.
 
     Guaranteed: the numbers are measured, not estimated; reading changes nothing on
     the table, no state is saved, and a cache tried is removed. Memory is each
@@ -78,6 +70,23 @@ def profile(
     tables read in this process (``num_workers=0``); elsewhere ``requests`` is
     ``None`` and ``requests_note`` says why.
     """
+    _check(batches, tries)
+    counting = _Requests(num_workers, settings.get("storage_options"))
+    with _bar(batches, progress) as bar:
+        base, dataset = measure(
+            table, batch_size=batch_size, num_workers=num_workers, batches=batches, step_seconds=step_seconds,
+            settings=settings, past_first_window=True, bar=bar, on_built=counting.start,
+        )  # fmt: skip
+    found = _found(dataset, base, settings, requests=counting.stop(), step_seconds=step_seconds)
+    if note := _no_tries(found, tries=tries):
+        return _with(found, tries_note=note)
+    names = None if tries is True else set(tries)  # type: ignore[arg-type]
+    noise, tried = _try(table, base, found, names=names, settings=settings, step_seconds=step_seconds)
+    return _with(found, noise=noise, tried=tuple(tried))
+
+
+def _check(batches: int, tries: bool | Collection[str]) -> None:
+    """Refuse a count of batches below 1 and ``tries`` naming what ``profile`` does not try."""
     if batches < 1:
         raise ValueError(f"batches must be 1 or more, got {batches}; pass batches=100, say")
     unknown = sorted(set(tries) - set(trials.KEYWORDS)) if not isinstance(tries, bool) else []
@@ -86,26 +95,6 @@ def profile(
             f"tries names {unknown or tries!r}, which profile does not try; name some of "
             f"{', '.join(trials.KEYWORDS)}, or pass True (all) or False (none)"
         )
-    counting = _Requests(num_workers, settings.get("storage_options"))
-    with _bar(batches, progress) as bar:
-        base, dataset = measure(
-            table,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            batches=batches,
-            step_seconds=step_seconds,
-            settings=settings,
-            past_first_window=True,
-            bar=bar,
-            on_built=counting.start,
-        )
-    found = _found(dataset, base, settings, requests=counting.stop(), step_seconds=step_seconds)
-    note = _no_tries(found, tries=tries)
-    if note:
-        return _with(found, tries_note=note)
-    names = None if tries is True else set(tries)  # type: ignore[arg-type]
-    noise, tried = _try(table, base, found, names=names, settings=settings, step_seconds=step_seconds)
-    return _with(found, noise=noise, tried=tuple(tried))
 
 
 def _no_tries(found: LoaderProfile, *, tries: bool | Collection[str]) -> str:
@@ -115,6 +104,30 @@ def _no_tries(found: LoaderProfile, *, tries: bool | Collection[str]) -> str:
     if found.step_seconds > 0 and found.wait_share < KEEPS_UP:
         return f"the loader keeps up with a {1000 * found.step_seconds:.0f} ms step"
     return ""
+
+
+def _run(
+    table: Any,
+    *,
+    rows: int,
+    step_seconds: float,
+    batch_size: int,
+    num_workers: int,
+    step_factor: float,
+    settings: dict[str, Any],
+    source: Any = None,
+) -> Measured:
+    """One run of a try: as many rows as the measured run delivered (``source``: another
+    table than the user's, a copy)."""
+    return measure(
+        table if source is None else source,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        batches=max(2, -(-rows // batch_size)),
+        step_seconds=step_seconds * step_factor,
+        settings=settings,
+        min_seconds=TRY_SECONDS,
+    )[0]
 
 
 def _try(
@@ -128,24 +141,7 @@ def _try(
 ) -> tuple[trials.Noise, list[trials.Tried]]:
     """Run the candidates between three more runs of the user's settings; judge each."""
     rows = int(base.stats["rows_delivered"])  # as many rows as the measured run delivered
-
-    def run(
-        *,
-        batch_size: int,
-        num_workers: int,
-        step_factor: float,
-        settings: dict[str, Any],
-        source: Any = table,
-    ) -> Measured:
-        return measure(
-            source,
-            batch_size=batch_size,
-            num_workers=num_workers,
-            batches=max(2, -(-rows // batch_size)),
-            step_seconds=step_seconds * step_factor,
-            settings=settings,
-            min_seconds=TRY_SECONDS,
-        )[0]
+    run = functools.partial(_run, table, rows=rows, step_seconds=step_seconds)
 
     def again() -> Measured:
         return run(

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..core.cachesettings import CacheSettings
@@ -86,10 +87,7 @@ class WindowSource:
         )
 
     def _nothing(self) -> tuple[tuple[int, Any], ...]:
-        """A read of no row (a ``part`` with no block in these windows): it still gives the
-        columns' names and types."""
-        import numpy as np
-
+        """A read of no row (a ``part`` with none here), which still gives the columns' types."""
         return ((int(self.plan.fragment_ids[0]), np.zeros(0, dtype=np.int64)),)
 
     def _converted(self, seconds: float) -> None:
