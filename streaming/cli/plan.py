@@ -82,7 +82,7 @@ def _print_topology(dataset: Any, *, num_workers: int, show_all: bool) -> None:
         splits = rank_splits(dataset.num_splits, rank=rank, world_size=world_size)
         lines.append(f"  rank {rank}: splits {ints(splits)}")
         for worker in range(num_workers if num_workers > 1 else 0):
-            part = Part(worker, num_workers)
+            part = Part(worker, num_workers, world_size)
             rows = sum(dataset.plan.part_rows(split, part) for split in splits)
             mine = worker_splits(splits, worker=worker, num_workers=num_workers)
             lines.append(

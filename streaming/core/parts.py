@@ -20,19 +20,21 @@ class Part:
     """Reader ``reader`` of ``readers`` processes that read a rank's windows together.
 
     Each reads only its *block slots*: slot ``i`` of split ``s`` (the i-th block the
-    split visits) is reader ``(i + s) % readers``'s. A window's rows are whole
-    blocks, so every reader reads about ``1 / readers`` of every window in runs of
-    consecutive rows, each row is read by exactly one reader, and the slots rotate
-    with the split so that readers of splits with few blocks still share the work.
-    Which reader reads a row decides nothing about the order: the plan does.
+    split visits) is reader ``(i + s // world_size) % readers``'s (``s // world_size``
+    is the split's place among its rank's splits, r, r + W, ...). A window's rows are
+    whole blocks, so every reader reads about ``1 / readers`` of every window in runs
+    of consecutive rows, each row is read by exactly one reader, and the slots rotate
+    with the split's place so that readers of splits with few blocks still share the
+    work. Which reader reads a row decides nothing about the order: the plan does.
     """
 
     reader: int
     readers: int
+    world_size: int = 1
 
     def owns(self, slots: np.ndarray, splits: np.ndarray) -> np.ndarray:
         """Whether each (block slot, split) pair is this reader's."""
-        result: np.ndarray = (slots + splits) % self.readers == self.reader
+        result: np.ndarray = (slots + splits // self.world_size) % self.readers == self.reader
         return result
 
 

@@ -56,4 +56,6 @@ class World:
     @property
     def part(self) -> Part | None:
         """The block slots this process reads of every window (``None``: all of its splits')."""
-        return Part(self.worker, self.workers) if self.parted and self.workers > 1 else None
+        if not self.parted or self.workers <= 1:
+            return None
+        return Part(self.worker, self.workers, self.world_size)

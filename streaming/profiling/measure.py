@@ -77,12 +77,17 @@ class _Clock:
 
 def build(table: Any, *, batch_size: int, num_workers: int, settings: dict[str, Any]) -> tuple[Any, Any]:
     """The ``StreamingDataset`` and ``StreamingDataLoader`` of these settings (the
-    package's own checks refuse what they cannot serve, as they would for the user)."""
+    package's own checks refuse what they cannot serve, as they would for the user);
+    ``head_start`` among them goes to the loader."""
     from ..dataset.dataset import StreamingDataset
     from ..loader.loader import StreamingDataLoader
 
-    dataset = StreamingDataset(table, **settings)
-    return dataset, StreamingDataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    keywords = {name: value for name, value in settings.items() if name != "head_start"}
+    dataset = StreamingDataset(table, **keywords)
+    ahead = bool(settings.get("head_start", True))
+    return dataset, StreamingDataLoader(
+        dataset, batch_size=batch_size, num_workers=num_workers, head_start=ahead
+    )
 
 
 def measure(

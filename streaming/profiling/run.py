@@ -51,7 +51,7 @@ def profile(
     The measured run draws ``batches`` batches and goes on past the first shuffle
     windows (a rate inside them is a rate from memory) unless the table fits in one
     (``window`` says which) or the epoch ends. ``settings`` are ``StreamingDataset``'s
-    keywords. ``step_seconds`` is spent after each batch, as a training step would.
+    keywords (and the loader's ``head_start``). ``step_seconds`` is spent after each batch.
     ``progress`` shows a bar on stderr (``None``: when stderr is a terminal).
 
     With ``tries=True`` (unless the loader keeps up with the step), each candidate

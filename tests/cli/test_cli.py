@@ -179,8 +179,12 @@ def test_plan_shows_splits_fragments_and_topology(run):
     assert "split length L = N // S = 43; 1 surplus row left out of epoch 0" in out
     assert "every rank gets 2 splits = 86 samples per epoch" in out
     assert (
-        "rank 1: splits 1, 3\n    worker 0: splits 1 (43 samples)\n    worker 1: splits 3 (43 samples)" in out
-    )
+        "rank 1: splits 1, 3\n"
+        "    worker 0: reads 43 rows, its blocks of every split "
+        "(with a transform or packing: splits 1, 43 samples)\n"
+        "    worker 1: reads 43 rows, its blocks of every split "
+        "(with a transform or packing: splits 3, 43 samples)"
+    ) in out
     plan = dataset(run["uri"]).plan
     shown = {
         int(line.split(":")[0].split()[1]): {int(i) for i in line.split("fragments")[1].split(",")}

@@ -31,5 +31,6 @@ def test_parted_workers_walk_every_split_and_read_their_own_block_slots():
     place = World(0, 1, 1, 3, in_worker=True, parted=True)
     assert place.splits([0, 1]) == [0, 1]
     assert place.owns(0) and place.owns(5)
-    assert place.part == Part(1, 3)
+    assert place.part == Part(1, 3, 1)
+    assert World(2, 4, 1, 3, in_worker=True, parted=True).part == Part(1, 3, 4)
     assert World(0, 1, 0, 1, parted=True).part is None  # a lone reader reads everything
