@@ -41,6 +41,14 @@ def _check_dataset(dataset: object) -> StreamingDataset:
     return dataset
 
 
+def _untransformed(dataset: object) -> bool:
+    """Whether ``dataset`` has no ``transform``: only then does the trainer draw the first
+    batches itself (a transform run there would draw from the trainer's own random
+    generators as many times as the start took, and take the trainer's CPU)."""
+    options = _options_of(dataset)
+    return options is not None and options.transform is None
+
+
 def _options_of(dataset: object) -> Options | None:
     """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
     return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
@@ -96,11 +104,12 @@ class StreamingDataLoader(DataLoader[Any]):
     refused because Lance is not fork-safe. Workers see the trainer's environment
     as it is when they start.
 
-    With workers, ``iter(loader)`` starts them on a thread and the trainer draws the
-    first batches itself until they are up (``head_start=True``, the default; see
-    docs/workers.md): the first batch comes as soon as with ``num_workers=0``, and
-    the batches and states are the same. ``head_start=False`` starts the workers
-    first, as torch's DataLoader does (mixtures always do).
+    With workers and no ``transform``, ``iter(loader)`` starts them on a thread and
+    the trainer draws the first batches itself until they are up (``head_start=True``,
+    the default; see docs/workers.md): the first batch comes as soon as with
+    ``num_workers=0``, and the batches and states are the same. ``head_start=False``
+    starts the workers first, as torch's DataLoader does (so do mixtures, and
+    datasets with a ``transform``, whose work belongs in the workers).
 
     ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` is the
     batches the next iteration really yields; ``"epoch"`` is the batches of this
@@ -245,7 +254,7 @@ class StreamingDataLoader(DataLoader[Any]):
             chosen_here=here,
             num_workers=given["num_workers"],
             persistent=given["persistent_workers"],
-            head_start=self._head_start and head_start,
+            head_start=self._head_start and head_start and _untransformed(dataset),
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 

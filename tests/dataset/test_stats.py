@@ -27,7 +27,8 @@ def test_stats_match_what_was_delivered(tmp_path, workers, transform):
     uri = make_table(tmp_path / "t.lance", [50, 40, 30], deleted=[1, 2])
     data = StreamingDataset(uri, num_splits=4, block_rows=4, shuffle_buffer_size=32, transform=transform)
     assert data.stats()["rows_read"] == 0
-    loader = StreamingDataLoader(data, batch_size=4, num_workers=workers)
+    # head_start=False: the workers deliver from the first batch, so their figures show at once
+    loader = StreamingDataLoader(data, batch_size=4, num_workers=workers, head_start=False)
     iterator = iter(loader)
     delivered = sum(len(next(iterator)["id"]) for _ in range(2 * max(workers, 1)))
     middle = data.stats()

@@ -121,7 +121,7 @@ def semaphores():  # inodes of the queues' semaphores this process maps, named o
 
 if __name__ == "__main__":
     dataset = StreamingDataset(sys.argv[1], num_splits=3, columns=["id"])
-    for batch in StreamingDataLoader(dataset, batch_size=1, num_workers=3):
+    for batch in StreamingDataLoader(dataset, batch_size=1, num_workers=3, head_start=False):
         print("batch", *semaphores(), flush=True)
         sys.stdin.readline()  # holds the first batch until the whole group is killed
 """

@@ -76,14 +76,25 @@ def test_the_workers_continue_where_the_trainer_stopped(uri, workers, context):
     assert dataset.stats()["rows_read"] >= dataset.stats()["rows_delivered"]
 
 
-def test_a_transform_and_a_collate_fn_of_the_users(uri):
-    """Workers that own whole splits (a transform) and batches the user's function collates."""
+def test_a_collate_fn_of_the_users(uri):
+    """Batches the user's function collates (samples, not columns) through the switch."""
 
     def make():
-        return StreamingDataset(uri, num_splits=4, shuffle_seed=2, transform=plain_transform)
+        return StreamingDataset(uri, num_splits=4, shuffle_seed=2)
 
     loader = StreamingDataLoader(make(), batch_size=BATCH, num_workers=3, collate_fn=list)
     assert run(loader) == reference(make, collate_fn=list)
+
+
+def test_a_dataset_with_a_transform_starts_its_workers_first(uri):
+    """A transform runs in the workers from the first batch: run in the trainer it would
+    draw from the trainer's random generators as often as the start happened to take."""
+    dataset = StreamingDataset(uri, num_splits=4, shuffle_seed=2, transform=plain_transform)
+    iterator = iter(StreamingDataLoader(dataset, batch_size=BATCH, num_workers=2))
+    next(iterator)
+    assert not isinstance(iterator._shares, HeadStart)
+    rest = [batch for batch in iterator]
+    assert len(rest) == -(-4 * dataset.split_length // BATCH) - 1
 
 
 def test_persistent_workers_take_over_then_serve_the_next_epoch(uri):
