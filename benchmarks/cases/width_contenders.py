@@ -187,16 +187,22 @@ delivers (5.6-7k rows/s of 100 KiB rows here, against 30k+ with the windows alig
 
 
 def litdata_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """litdata's rows as a batch: bytes-likes (litdata gives ``memoryview``s into its chunk
-    files) kept as they are, in a list, as ``default_collate`` does for ``bytes``; the rest
-    through ``default_collate``. No copy (``default_collate`` would take a ``memoryview``
-    for a sequence and make one list per byte position)."""
-    from torch.utils.data import default_collate
+    """litdata's rows as a batch: bytes-likes in a list, as ``default_collate`` does for
+    ``bytes``, the rest through ``default_collate``. litdata gives a row's bytes as a
+    ``memoryview`` into its chunk file: kept as it is in the trainer's process (no copy);
+    in a worker made ``bytes``, the copy that crossing to the trainer needs (a ``memoryview``
+    cannot be pickled). ``default_collate`` would take a ``memoryview`` for a sequence and
+    make one list per byte position."""
+    from torch.utils.data import default_collate, get_worker_info
 
+    crossing = get_worker_info() is not None
     out: dict[str, Any] = {}
     for key in samples[0]:
         values = [sample[key] for sample in samples]
-        out[key] = values if isinstance(values[0], (bytes, memoryview)) else default_collate(values)
+        if isinstance(values[0], (bytes, memoryview)):
+            out[key] = [bytes(value) for value in values] if crossing else values
+        else:
+            out[key] = default_collate(values)
     return out
 
 
