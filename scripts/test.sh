@@ -14,4 +14,10 @@ paths=(streaming tests)
 # forkserver and torchrun (under the tests' temporary folders) within their limit.
 base=$(mktemp -d /tmp/lsXXXX)
 trap 'rm -rf "$base"' EXIT
-"$py" -m pytest -q -n "${LANCE_STREAMING_TEST_PROCESSES:-2}" --dist loadfile --basetemp="$base/t" --durations=15 "$@"
+# Tests marked `long` (minutes each: the elastic Ray Train job) are left out unless
+# LANCE_STREAMING_LONG_TESTS=1; `bash scripts/test.sh -m long tests/jobs` runs only those
+# (a later -m replaces this one).
+select=(-m "not long")
+[ "${LANCE_STREAMING_LONG_TESTS:-0}" = 1 ] && select=()
+"$py" -m pytest -q -n "${LANCE_STREAMING_TEST_PROCESSES:-2}" --dist loadfile --basetemp="$base/t" --durations=15 \
+  "${select[@]}" "$@"

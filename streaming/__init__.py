@@ -10,10 +10,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .cli.findings import LoaderProfile
-    from .cli.profiling import profile
     from .dataset.dataset import StreamingDataset
-    from .distributed import gather_state_dict, load_state_dict, save_state_dict
+    from .distributed import gather_state_dict, gather_stats, load_state_dict, save_state_dict
     from .errors import (
         CacheUnusedWarning,
         CacheWarning,
@@ -32,6 +30,8 @@ if TYPE_CHECKING:
     from .loader.hf import StreamingTrainerCallback, StreamingTrainerMixin
     from .loader.loader import StreamingDataLoader
     from .mixture.mixture import StreamingMixture
+    from .profiling.findings import LoaderProfile
+    from .profiling.run import profile
     from .read.blobs import BlobHandle
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "TransformErrorWarning",
     "UnownedSplitsWarning",
     "gather_state_dict",
+    "gather_stats",
     "load_state_dict",
     "profile",
     "save_state_dict",
@@ -68,7 +69,7 @@ _HOMES = {
     "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",
-    "LoaderProfile": ".cli.findings",
+    "LoaderProfile": ".profiling.findings",
     "PackingEstimateWarning": ".errors",
     "PartialStateWarning": ".errors",
     "SeededTransformWarning": ".errors",
@@ -85,8 +86,9 @@ _HOMES = {
     "TransformErrorWarning": ".errors",
     "UnownedSplitsWarning": ".errors",
     "gather_state_dict": ".distributed",
+    "gather_stats": ".distributed",
     "load_state_dict": ".distributed",
-    "profile": ".cli.profiling",
+    "profile": ".profiling.run",
     "save_state_dict": ".distributed",
 }
 

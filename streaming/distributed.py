@@ -1,4 +1,5 @@
-"""Helpers for ``torch.distributed`` jobs: one merged checkpoint for every rank.
+"""Helpers for ``torch.distributed`` jobs: one merged checkpoint for every rank, and
+every rank's ``stats()``.
 
 Built on the public API only. Both helpers work with any backend that supports
 ``all_gather_object`` (gloo, nccl with the current CUDA device set).
@@ -14,7 +15,7 @@ from typing import Any, Protocol
 
 from .errors import PartialStateWarning
 
-__all__ = ["gather_state_dict", "load_state_dict", "save_state_dict"]
+__all__ = ["gather_state_dict", "gather_stats", "load_state_dict", "save_state_dict"]
 
 
 class _Stateful(Protocol):
@@ -50,6 +51,32 @@ def gather_state_dict(obj: _Stateful, *, group: Any = None) -> dict[str, Any]:
     if isinstance(states[0], dict) and states[0].get("kind") == "mixture":
         return StreamingMixture.merge_state_dicts(states)
     return StreamingDataset.merge_state_dicts(states)
+
+
+def gather_stats(obj: Any, *, group: Any = None) -> list[dict[str, float]]:
+    """Every rank's ``stats()``, in rank order, on every rank.
+
+    ``obj`` is a ``StreamingDataset``, a ``StreamingMixture`` or a loader of either
+    (its dataset's ``stats()`` are taken). Call it on every rank at the same step,
+    like any collective: the figures (a dataset's loop waits for batches as p50,
+    p95, p99 and a total, with each worker's part; rows and bytes read) then compare
+    the ranks at that step, and a rank that waits longer than the others stands out.
+    A mixture's ``stats()`` count reads only.
+
+    Raises:
+        RuntimeError: no process group is initialised.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            "gather_stats needs an initialised torch.distributed process group; "
+            "in a single process use dataset.stats()"
+        )
+    source = obj if hasattr(obj, "stats") else obj.dataset
+    found: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(found, source.stats(), group=group)
+    return found
 
 
 def save_state_dict(state: dict[str, Any], path: str | os.PathLike[str]) -> None:

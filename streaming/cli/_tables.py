@@ -45,7 +45,13 @@ def open_table(uri: str, args: argparse.Namespace) -> Any:
 
 def _api_key(uri: str, args: argparse.Namespace) -> str:
     if args.api_key_file is not None:
-        key = args.api_key_file.read_text().strip()
+        try:
+            key = args.api_key_file.read_text().strip()
+        except OSError as error:
+            raise ValueError(
+                f"--api-key-file {str(args.api_key_file)!r} cannot be read ({error.strerror or error}); "
+                f"name a file that holds the API key, or set {KEY_VARIABLE} instead"
+            ) from None
         if not key:
             raise ValueError(f"--api-key-file {str(args.api_key_file)!r} is empty; write the API key in it")
         return key

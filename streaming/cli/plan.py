@@ -12,7 +12,6 @@ __all__ = ["run"]
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Print the epoch plan of a table and what a topology would get of it."""
-    from ..core.plan import worker_splits
     from ._tables import engine, open_table
 
     if args.num_workers < 0:
@@ -29,10 +28,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         shuffle_seed=args.shuffle_seed,
         epoch=args.epoch,
     )
-    if args.num_workers > 1:  # raises the loader's divisibility error, with the fix
-        worker_splits(
-            dataset.owned_splits(), worker=0, num_workers=args.num_workers, world_size=args.world_size
-        )
     _print_splits(dataset, filtered=args.filter is not None, show_all=args.all)
     _print_topology(dataset, num_workers=args.num_workers, show_all=args.all)
     return 0
@@ -74,7 +69,7 @@ def _fragments_of_split(plan: Any, split: int) -> list[int]:
 
 
 def _print_topology(dataset: Any, *, num_workers: int, show_all: bool) -> None:
-    from ..core.plan import rank_splits, worker_splits
+    from ..core.plan import Part, rank_splits, worker_splits
 
     world_size, length = dataset.world_size, dataset.split_length
     per_rank = dataset.num_splits // world_size
@@ -87,6 +82,11 @@ def _print_topology(dataset: Any, *, num_workers: int, show_all: bool) -> None:
         splits = rank_splits(dataset.num_splits, rank=rank, world_size=world_size)
         lines.append(f"  rank {rank}: splits {ints(splits)}")
         for worker in range(num_workers if num_workers > 1 else 0):
-            mine = worker_splits(splits, worker=worker, num_workers=num_workers, world_size=world_size)
-            lines.append(f"    worker {worker}: splits {ints(mine)} ({len(mine) * length} samples)")
+            part = Part(worker, num_workers)
+            rows = sum(dataset.plan.part_rows(split, part) for split in splits)
+            mine = worker_splits(splits, worker=worker, num_workers=num_workers)
+            lines.append(
+                f"    worker {worker}: reads {rows} rows, its blocks of every split "
+                f"(with a transform or packing: splits {ints(mine)}, {len(mine) * length} samples)"
+            )
     print_listing(lines, show_all=show_all)

@@ -10,13 +10,16 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(commands: Any) -> None:
     """The ``profile`` command's arguments: the table, the dataset and loader settings, the run."""
+    from ..profiling.trials import KEYWORDS
     from ._common import add_table_options
 
     command = commands.add_parser(
         "profile",
-        help="time to first batch, rows/s, where the time goes, memory, requests, and what to change",
-        description="Build the dataset and loader you would, draw batches as a trainer does, and "
-        "report what was measured and which setting to change.",
+        help="time to first batch, rows/s, where the time goes, memory, requests, and the settings "
+        "that measured faster",
+        description="Build the dataset and loader you would, draw batches as a trainer does, report "
+        "what was measured, then try other settings on the same table and advise those that beat "
+        "yours by more than the run-to-run noise.",
     )
     command.add_argument("uri", metavar="URI", help="Lance dataset URI or db://DATABASE/TABLE")
     command.add_argument(
@@ -35,6 +38,20 @@ def add_parser(commands: Any) -> None:
     command.add_argument("--cache-dir", metavar="DIR", help="local cache of a table on object storage")
     command.add_argument("--no-shuffle", action="store_true", help="storage order")
     command.add_argument(
+        "--no-tries",
+        action="store_true",
+        help="measure your settings only: try no other setting (nothing is then advised)",
+    )
+    command.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        metavar="KEYWORD",
+        choices=KEYWORDS,
+        help=f"try only changes of this keyword ({', '.join(KEYWORDS)}); repeat for several "
+        "(default: every one)",
+    )
+    command.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -45,10 +62,10 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
-    """Profile the loader and print what was measured, then the settings to change."""
+    """Profile the loader and print what was measured, then the settings that helped."""
+    from ..profiling.run import profile
     from ._common import storage_options
     from ._tables import open_table
-    from .profiling import profile
 
     settings: dict[str, Any] = {
         "num_splits": args.num_splits,
@@ -67,6 +84,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         batches=args.batches,
         step_seconds=args.step_ms / 1000,
         progress=args.progress,
+        tries=False if args.no_tries else (args.tries or True),
         **settings,
     )
     for line in result.report():

@@ -35,7 +35,9 @@ from .keyed import digest, permute, round_keys, round_tables, walk, walk_tables
 
 __all__ = [
     "PLAN_FORMAT",
+    "NOT_READ",
     "EpochPlan",
+    "Part",
     "PlanSettings",
     "WindowRead",
     "digest",
@@ -68,12 +70,38 @@ def window_rows_for(*, shuffle_buffer_size: int, num_splits: int, block_rows: in
 
 
 @dataclass(frozen=True)
+class Part:
+    """Reader ``reader`` of ``readers`` processes that read a rank's windows together.
+
+    Each reads only its *block slots*: slot ``i`` of split ``s`` (the i-th block the
+    split visits) is reader ``(i + s) % readers``'s. A window's rows are whole
+    blocks, so every reader reads about ``1 / readers`` of every window in runs of
+    consecutive rows, each row is read by exactly one reader, and the slots rotate
+    with the split so that readers of splits with few blocks still share the work.
+    Which reader reads a row decides nothing about the order: the plan does.
+    """
+
+    reader: int
+    readers: int
+
+    def owns(self, slots: np.ndarray, splits: np.ndarray) -> np.ndarray:
+        """Whether each (block slot, split) pair is this reader's."""
+        result: np.ndarray = (slots + splits) % self.readers == self.reader
+        return result
+
+
+NOT_READ = -1
+"""A window's gather entry for a row another reader reads (``Part``)."""
+
+
+@dataclass(frozen=True)
 class WindowRead:
     """The rows of several windows, as sorted per-fragment offsets plus gather orders.
 
     Reading ``offsets`` of every piece in turn and concatenating the results gives
     the rows in storage order; row ``q`` of the i-th requested window, in yield
-    order, is row ``gathers[i][q]`` of that concatenation.
+    order, is row ``gathers[i][q]`` of that concatenation, or ``NOT_READ`` when
+    the read is one ``Part``'s and that row is another reader's.
     """
 
     pieces: tuple[tuple[int, np.ndarray], ...]
@@ -107,6 +135,7 @@ class _Runs(NamedTuple):
     shift: np.ndarray  # per request: add to a split position for the slot numbering
     sizes: np.ndarray  # rows per request
     wraps: bool  # whether some slot wraps past the end of the laid-out sequence
+    read: np.ndarray | None = None  # per slot: whether it is read (a ``Part``'s); None: every slot
 
 
 class EpochPlan:
@@ -154,6 +183,13 @@ class EpochPlan:
     def num_windows(self) -> int:
         """Windows per split (the last one may be short)."""
         return -(-self.split_length // self.settings.window_rows)
+
+    def part_rows(self, split: int, part: Part) -> int:
+        """Rows of ``split`` that ``part`` reads (its block slots')."""
+        block = self.settings.block_rows
+        slots = np.arange(-(-self.split_length // block), dtype=np.int64)
+        mine = slots[part.owns(slots, np.full_like(slots, split))]
+        return int(np.minimum(block, self.split_length - mine * block).sum())
 
     def window_bounds(self, window: int) -> tuple[int, int]:
         """Split positions [start, stop) covered by ``window``."""
@@ -220,20 +256,22 @@ class EpochPlan:
         result: np.ndarray = (np.asarray(rows, dtype=np.int64) + start) % self.total_rows
         return result
 
-    def window_read(self, requests: Sequence[tuple[int, int]]) -> WindowRead:
+    def window_read(self, requests: Sequence[tuple[int, int]], *, part: Part | None = None) -> WindowRead:
         """What to read for the (split, window) ``requests`` and how to order it.
 
         All requests share one sorted read per fragment, so windows of many splits
         cost one Lance call per fragment rather than one per split. A window's rows
         are whole blocks (cut by the window and split ends), which are runs of
         consecutive laid-out rows, so only the runs are sorted, not every row. A
-        request given c times has each of its rows c times in the read.
+        request given c times has each of its rows c times in the read. With a
+        ``part`` only that reader's block slots are read (the others' rows gather
+        ``NOT_READ``), in the same yield order.
         """
         keys = list(dict.fromkeys(requests))
         if not keys:
             return WindowRead(pieces=(), gathers=())
         copies = Counter(requests)
-        runs = self._runs(keys)
+        runs = self._runs(keys, part)
         weights = np.tile(np.array([copies[key] for key in keys], dtype=np.int64)[runs.owner], 2)
         order = np.argsort(runs.starts, kind="stable")
         lengths, weighted = runs.lengths[order], runs.lengths[order] * weights[order]
@@ -241,6 +279,11 @@ class EpochPlan:
         first_rank[order] = np.cumsum(weighted) - weighted
         ordered = np.repeat(runs.starts[order] - np.cumsum(lengths) + lengths, lengths)
         ordered += np.arange(ordered.size)
+        if ordered.size == 0:  # a part with no slot in these windows
+            return WindowRead(
+                pieces=(),
+                gathers=tuple(np.full(size, NOT_READ, dtype=np.int64) for size in self._sizes(requests)),
+            )
         if len(keys) < len(requests):
             ordered = np.repeat(ordered, np.repeat(weights[order], lengths))
         ranks = self._ranks(keys, runs, first_rank, weights if len(keys) < len(requests) else None)
@@ -251,8 +294,13 @@ class EpochPlan:
             seen[key] += 1
         return WindowRead(pieces=self._pieces(ordered), gathers=tuple(gathers))
 
-    def _runs(self, keys: Sequence[tuple[int, int]]) -> _Runs:
-        """The requested windows' block slots as runs of consecutive laid-out rows."""
+    def _sizes(self, requests: Sequence[tuple[int, int]]) -> list[int]:
+        """Rows of each requested window."""
+        return [self.window_bounds(window)[1] - self.window_bounds(window)[0] for _, window in requests]
+
+    def _runs(self, keys: Sequence[tuple[int, int]], part: Part | None = None) -> _Runs:
+        """The requested windows' block slots as runs of consecutive laid-out rows (of
+        ``part``'s slots only: the others' runs are empty and ``read`` says which)."""
         block_rows, total = self.settings.block_rows, self.total_rows
         splits = np.array([split for split, _ in keys], dtype=np.int64)
         start = np.array([window for _, window in keys], dtype=np.int64) * self.settings.window_rows
@@ -264,6 +312,9 @@ class EpochPlan:
         slots = np.arange(owner.size) - renumber[owner]
         low = np.maximum(slots * block_rows, start[owner])
         length = np.minimum(slots * block_rows + block_rows, stop[owner]) - low
+        read = None if part is None else part.owns(slots, splits[owner])
+        if read is not None:
+            length = length * read
         blocks = self._blocks(slots, splits.tolist(), owner if len(keys) > 1 else None)
         laid = (
             blocks * block_rows + low - slots * block_rows + splits[owner] * self.split_length + self.rotation
@@ -279,6 +330,7 @@ class EpochPlan:
             shift=start + renumber * block_rows,
             sizes=stop - start,
             wraps=bool((length > before).any()),
+            read=read,
         )
 
     def _ranks(
@@ -299,6 +351,7 @@ class EpochPlan:
         for first, last in _groups(bounds, _GROUP_ROWS):
             visits = self._visits(keys[first:last], runs.shift[first:last], runs.sizes[first:last])
             run = visits // self.settings.block_rows
+            skipped = None if runs.read is None else ~runs.read.take(run)
             if runs.wraps:
                 np.add(run, runs.owner.size, out=run, where=visits >= runs.cut.take(run))
             if weights is not None:
@@ -306,6 +359,8 @@ class EpochPlan:
             out = ranks[bounds[first] - sizes[first] : bounds[last - 1]]
             base.take(run, out=out, mode="clip")  # every run is in range: clip only skips a copy
             out += visits
+            if skipped is not None:
+                out[skipped] = NOT_READ
         return {key: ranks[high - n : high] for key, n, high in zip(keys, sizes, bounds, strict=True)}
 
     def _visits(self, keys: Sequence[tuple[int, int]], shifts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -349,14 +404,8 @@ def rank_splits(num_splits: int, *, rank: int, world_size: int) -> list[int]:
     return list(range(rank, num_splits, world_size))
 
 
-def worker_splits(splits: Sequence[int], *, worker: int, num_workers: int, world_size: int) -> list[int]:
-    """Splits of a rank owned by one of its ``num_workers`` workers (strided)."""
-    if len(splits) % num_workers:
-        num_splits = len(splits) * world_size
-        raise ValueError(
-            f"num_splits={num_splits} with world_size={world_size} gives each rank "
-            f"{len(splits)} splits, which num_workers={num_workers} does not divide; "
-            f"choose num_workers dividing {len(splits)} or num_splits a multiple of "
-            f"{world_size * num_workers}"
-        )
+def worker_splits(splits: Sequence[int], *, worker: int, num_workers: int) -> list[int]:
+    """The splits of a rank that worker ``worker`` of ``num_workers`` owns when workers own
+    whole splits: those at positions worker, worker + num_workers, ... (strided; any
+    ``num_workers``, so a worker beyond the rank's splits owns none)."""
     return list(splits[worker::num_workers])

@@ -279,6 +279,20 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
         (``bytes_loaded``, ``fetch_time``, ``transform_time``, ``rows_skipped``,
         ``consumed_rows``, ``raw_queue_depth``, ``prefetch_queue_depth``,
         ``unscanned_rows``) read these entries. Cheap: counters only, no I/O.
+
+        The training loop's waits for a ``StreamingDataLoader``'s batches (always
+        kept, since this object was made; seconds): ``wait_batches`` (batches handed
+        to the loop), ``wait_seconds`` (their total time in ``next()``),
+        ``wait_first_seconds`` (the part spent on each iterator's first batch:
+        start-up), ``wait_p50_seconds``, ``wait_p95_seconds``, ``wait_p99_seconds``
+        and ``wait_longest_seconds`` (over the batches after each first one, within
+        3%), and with workers ``wait_worker_<w>_seconds`` (the part of the waits
+        spent on worker w's shares). Over ranks: ``streaming.gather_stats``.
+
+        With workers, ``rows_read_worker_<w>`` is how many rows worker w read (its
+        processes since this object was made): how evenly the workers share the
+        reads. The trainer's own reads (``num_workers=0``, the first batches of a
+        head start) are the rest of ``rows_read``.
         """
         return self._engine.stats()
 

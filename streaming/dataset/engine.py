@@ -10,6 +10,7 @@ position the trainer posted (``reset``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import warnings
 from collections.abc import Generator, Iterator, Sequence
@@ -21,7 +22,7 @@ from ..core import stats
 from ..core.lifecycle import Guarded, Samples
 from ..core.options import Options, as_epoch
 from ..core.progress import WorkerReport
-from ..core.stats import Counters
+from ..core.stats import Counters, Waits
 from ..core.world import World
 from ..errors import EpochCompleteWarning
 from ..read.view import TableView
@@ -85,12 +86,27 @@ class DatasetEngine(Positioned):
         for_loader = self._lifecycle.for_loader  # else the loader has superseded the live iterator already
         if not for_loader and not world.in_worker:  # a plain DataLoader's worker has none
             self.supersede("iter(dataset)")
+        if self._shares_windows(world):
+            world = dataclasses.replace(world, parted=True)
         splits = world.splits(self._rank_splits)
         self._iterating = (world, tuple(splits))
         stream = self._run(splits, world, for_loader=for_loader, shipped=self._side.shipped)
         iterator = Samples(stream, "iter(dataset)")
         self._lifecycle.live.hold(iterator)
         return iterator
+
+    def _shares_windows(self, world: World) -> bool:
+        """Whether this worker reads its block slots of every split (``World.parted``):
+        in a ``StreamingDataLoader``'s worker, when every row read is a sample (no
+        ``transform``, which may drop rows, and no packing, which reads documents in
+        sequence)."""
+        return (
+            world.in_worker
+            and world.workers > 1
+            and self._side.shipped is not None
+            and self._options.transform is None
+            and self._view.packing is None
+        )
 
     def _run(
         self, splits: list[int], world: World, *, for_loader: bool, shipped: Shipped | None
@@ -99,15 +115,12 @@ class DatasetEngine(Positioned):
         (for a loader: this process's share of every batch)."""
         if not for_loader:  # a loader begins the iteration itself
             self.begin_iteration(stacklevel=5)
-        self._side.resume(world, self.reset)  # a persistent worker: the trainer's position now
+        if not self._side.resume(world, self.reset):  # the trainer's position now, if it posts one
+            return
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
         elif shipped is not None:  # a StreamingDataLoader moves an endless dataset on
-            pieces = cut.cut_shares(
-                self.share_slots(world, batch_size=shipped.batch_size),
-                lambda sizes: self._stream(splits, sizes=sizes),
-                columnar=shipped.columnar,
-            )
+            pieces = self.shares(world, splits, batch_size=shipped.batch_size, columnar=shipped.columnar)
             yield from self._side.send(
                 pieces,
                 world,
@@ -117,9 +130,29 @@ class DatasetEngine(Positioned):
         else:
             yield from self._stream(splits)
 
-    def _stream(self, splits: list[int], *, sizes: Iterator[int] | None = None) -> Generator[Any, None, None]:
+    def shares(
+        self, world: World, splits: list[int], *, batch_size: int, columnar: bool
+    ) -> Iterator[cut.Share]:
+        """The share of ``world``'s process in each batch of ``batch_size`` from the committed
+        position, reading ``splits`` (``world.splits`` of the rank's): what a loader's worker
+        sends (package-internal)."""
+        return cut.cut_shares(
+            self.share_slots(world, batch_size=batch_size),
+            lambda sizes: self._stream(splits, sizes=sizes, world=world),
+            columnar=columnar,
+            parted=world.parted,
+        )
+
+    def _stream(
+        self, splits: list[int], *, sizes: Iterator[int] | None = None, world: World | None = None
+    ) -> Generator[Any, None, None]:
         return self._view.stream(
-            self._options, splits, self._ledger.cursor, counters=self._counters, sizes=sizes
+            self._options,
+            splits,
+            self._ledger.cursor,
+            counters=self._counters,
+            sizes=sizes,
+            part=None if world is None else world.part,
         )
 
     def _endless(self, splits: list[int]) -> Generator[Any, None, None]:
@@ -166,6 +199,8 @@ class DatasetEngine(Positioned):
             "rows_delivered": sum(samples[split] for split in self._rank_splits),
             "rows_skipped": 0 if self._view.packing is not None else skipped,
             **totals,
+            **self._counters.waits.as_dict(),
+            **stats.rows_per_worker(self._worker_counters),
         }
 
     # -- the loaders' protocol (see host.py) -------------------------------------
@@ -174,6 +209,11 @@ class DatasetEngine(Positioned):
     def counters(self) -> Counters:
         """The read counters of this process's iterators."""
         return self._counters
+
+    @property
+    def waits(self) -> Waits:
+        """The loop's waits for the loader's batches (kept with this process's counters)."""
+        return self._counters.waits
 
     def user_functions(self) -> list[tuple[str, object]]:
         """(keyword, value) of the user's functions a worker process must unpickle."""

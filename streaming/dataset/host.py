@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..core.lifecycle import Guarded
     from ..core.options import Options
     from ..core.progress import Mark, SplitProgress, WorkerReport
-    from ..core.stats import Counters
+    from ..core.stats import Counters, Waits
     from ..read.view import TableView
     from ..state.format import StreamState
     from ..workers.board import Board
@@ -157,6 +157,11 @@ class DatasetHost(LoaderHost, Protocol):
     @property
     def worker_counters(self) -> dict[tuple[int, int], dict[str, float]]:
         """The latest counters of every worker whose batch was committed (live dict)."""
+        ...
+
+    @property
+    def waits(self) -> Waits:
+        """The loop's waits for the loader's batches (``stats()``'s ``wait_*`` figures)."""
         ...
 
     def remaining(self, *, whole: bool = False) -> list[int]:

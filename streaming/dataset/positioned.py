@@ -312,4 +312,6 @@ class Positioned:
         samples, remaining = self._ledger.cursor.samples, self._ledger.remaining()
         starts = [samples[split] for split in self._rank_splits]
         ends = [samples[split] + remaining[split] for split in self._rank_splits]
+        if world.parted:  # each worker walks every sample; its rows say which slots are its
+            return ShareSlots(RankOrder(starts, ends), 0, 1, batch_size)
         return ShareSlots(RankOrder(starts, ends), world.worker, world.workers, batch_size)

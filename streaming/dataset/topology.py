@@ -70,8 +70,7 @@ def simulated_splits(splits: Sequence[int], override: Any, *, world_size: int) -
     without an override. They are the only splits whose counts its state knows exactly.
 
     Raises:
-        ValueError: the override's ``id`` is not a worker of its ``num_workers``, or
-            its ``num_workers`` does not divide the rank's splits.
+        ValueError: the override's ``id`` is not a worker of its ``num_workers``.
     """
     if override is None:
         return list(splits)

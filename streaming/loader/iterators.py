@@ -7,19 +7,24 @@ batch as the batch is returned, and moves an endless dataset into its next epoch
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from ..core.lifecycle import Guarded
+from ..core.stats import Waits
 from ..dataset.host import DatasetHost
 from ..workers import transfer
 from ..workers.shares import Shares, release
 from ..workers.worker import SentShare
+from .headstart import HeadStart
 from .launch import Launch
 from .plain import PlainBatches
 
 __all__ = ["BatchIterator", "Committing", "IteratingLoader"]
+
+_clock = time.perf_counter
 
 
 class IteratingLoader(Protocol):
@@ -44,11 +49,12 @@ class BatchIterator(Guarded):
         super().__init__("iter(loader)")
         self._loader, self._launch = loader, launch
         self._busy = False
-        self._batches: Iterator[Any] | None = None  # begun at the first next()
+        self._batches: Iterator[Any] | HeadStart | None = None  # begun at the first next()
         self._channel: transfer.Channel | None = None
-        self._shares: Shares | PlainBatches | None = None
+        self._shares: Shares | PlainBatches | HeadStart | None = None
         self.inner: Guarded | None = None  # num_workers=0: the host's own iterator
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._record: Waits | None = None  # the loop's waits, once begun
 
     @property
     def busy(self) -> bool:
@@ -56,14 +62,23 @@ class BatchIterator(Guarded):
         return self._busy
 
     def _advance(self) -> Any:
+        asked = _clock()
+        first = self._batches is None
         self._busy = True
         try:
-            if self._batches is None:  # the first next(): take the committed position now
+            if first:  # the first next(): take the committed position now
                 self._first()
             drawn = self._draw()
         finally:
             self._busy = False
-        return self._delivered(drawn)
+        batch = self._delivered(drawn)
+        if first:
+            self._record = self._waits()
+            if self._record is not None:
+                self._record.add_first(_clock() - asked)
+        elif self._record is not None:
+            self._record.add(_clock() - asked)
+        return batch
 
     def _first(self) -> None:
         """Begin at the first ``next()``: take the committed position, start the batches."""
@@ -85,9 +100,13 @@ class BatchIterator(Guarded):
             keep=self._launch.persistent,
         )
 
-    def _shares_of(self, batches: Iterator[Any]) -> Shares | PlainBatches:
+    def _shares_of(self, batches: Iterator[Any] | HeadStart) -> Shares | PlainBatches | HeadStart:
         """What ``_draw`` gathers the batches of ``batches`` from (``Launch.shares``)."""
-        return self._launch.shares(batches)
+        return self._launch.shares(batches, waits=self._waits())
+
+    def _waits(self) -> Waits | None:
+        """Where the loop's waits for batches are kept (``None``: not kept)."""
+        return None
 
     def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
         """The workers' last reports, whose gauges are zeroed when they stop (none here)."""
@@ -117,6 +136,9 @@ class Committing(BatchIterator):
 
     def _reports(self) -> dict[tuple[int, int], dict[str, float]]:
         return self._dataset.worker_counters
+
+    def _waits(self) -> Waits:
+        return self._dataset.waits
 
     def _delivered(self, drawn: tuple[list[SentShare], Any]) -> Any:
         items, batch = drawn

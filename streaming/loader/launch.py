@@ -15,12 +15,15 @@ import multiprocessing.forkserver
 import sys
 import weakref
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 
 from .. import _compat
 from ..core.lifecycle import Guarded
+from ..core.stats import Waits
 from ..dataset.host import LoaderHost
 from ..workers import cut, transfer
 from ..workers.board import Board
@@ -28,6 +31,7 @@ from ..workers.shares import Gathering, Shares, release_kept
 from ..workers.supervisor import supervise
 from ..workers.worker import ReportingCollate, SentShare
 from . import plain
+from .headstart import HeadStart, seeded
 from .plain import PlainBatches
 
 __all__ = ["PRELOAD", "Launch"]
@@ -60,8 +64,10 @@ class Launch:
         chosen_here: bool,
         num_workers: int,
         persistent: bool,
+        head_start: bool = False,
     ) -> None:
         self._loader_ref = weakref.ref(loader)  # weakly: see ``_loader``
+        self._head_start = head_start and num_workers > 0  # see ``loader.headstart``
         self._host = host
         self.num_workers = num_workers  # the loader's checked settings, handed down
         self.persistent = persistent and num_workers > 0  # workers kept between iterators
@@ -105,7 +111,9 @@ class Launch:
         that counts epochs asks past a replay allowance, so then no warning."""
         self._host.begin_iteration(stacklevel=stacklevel + 1, warn=not self.framework_counts)
 
-    def start(self, iterator: Guarded) -> tuple[Iterator[Any], transfer.Channel | None, Guarded | None]:
+    def start(
+        self, iterator: Guarded
+    ) -> tuple[Iterator[Any] | HeadStart, transfer.Channel | None, Guarded | None]:
         """Start the DataLoader's batches at the host's position for ``iterator``.
 
         Returns the batches, their shared-memory channel, and the host's own
@@ -120,11 +128,17 @@ class Launch:
                 items = plain.items(loader)
             return items, None, host.hold(iterator)
         keep = self.persistent
-        if keep and _compat.persistent_iterator(loader) is not None and self._board is not None:
-            return self._restart_kept(), None, host.hold(iterator)
+        if keep and self._kept_alive():
+            try:
+                return self._restart_kept(), None, host.hold(iterator)
+            except RuntimeError:
+                if self._kept_alive():  # not a kept worker that died as it was restarted
+                    raise
         if self._preload:
             _compat.forkserver_preload(loader.multiprocessing_context, PRELOAD)
         channel = self._channel()
+        if self._head_start and not loader.pin_memory and loader.timeout == 0:
+            return self._start_ahead(iterator, channel)
         board = Board(loader.multiprocessing_context, self.num_workers) if keep else None
         with host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board):
             batches = DataLoader.__iter__(loader)
@@ -134,6 +148,78 @@ class Launch:
             weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
             channel = None
         return batches, channel, host.hold(iterator)
+
+    def _start_ahead(
+        self, iterator: Guarded, channel: transfer.Channel | None
+    ) -> tuple[HeadStart, transfer.Channel | None, Guarded | None]:
+        """Start the workers on a thread and draw the first batches here meanwhile
+        (``loader.headstart``). The user's random stream advances as torch's iterator
+        would advance it: one draw, here; the workers' base seed comes from it."""
+        loader, host, keep = self._loader, self._host, self.persistent
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+        board = Board(loader.multiprocessing_context, self.num_workers, first_waits=True)
+        shipping = ExitStack()
+        shipping.enter_context(
+            host.shipping(batch_size=loader.batch_size or 1, columnar=self._columnar, board=board)
+        )
+        try:
+            own_items = plain.PlainItems(loader.collate_fn, iter(loader.dataset))
+            own_iterator = host.hold(iterator)
+        except BaseException:
+            shipping.close()
+            board.close()
+            raise
+
+        def start_workers() -> Iterator[Any]:
+            try:
+                with seeded(loader, seed):
+                    batches = DataLoader.__iter__(loader)
+            finally:
+                shipping.close()
+            supervise(batches, description="iter(loader)")  # dead workers, semaphore names
+            if keep:  # as ``start``: the workers' pipes and shared memory live as long as they do
+                self._board = board
+                weakref.finalize(batches, release_kept, channel, board, num_workers=self.num_workers)
+            return batches
+
+        own: Shares | PlainBatches = (
+            PlainBatches(
+                plain.uncollated(own_items), batch_size=loader.batch_size or 1, drop_last=loader.drop_last
+            )
+            if self._columnar
+            else Shares(own_items, workers=1)
+        )
+        ahead = HeadStart(
+            own,
+            own_iterator,
+            start_workers,
+            board=board,
+            handover=host.handover,
+            gathering=self._gathering,
+            workers=self.num_workers,
+            keep=keep,
+        )
+        return ahead, None if keep else channel, own_iterator
+
+    def _kept_alive(self) -> bool:
+        """Whether the loader keeps workers and every one of them is alive.
+
+        A kept worker may die while no iterator waits on it (killed after it read ahead,
+        or after a newer iterator superseded the one it fed), or as they restart: then
+        the kept workers are stopped and forgotten here, and the caller starts new ones,
+        which begin where the host stands (the last batch handed to the loop), as after
+        any other ``iter()``. No batch of the new iterator was drawn yet, so nothing is
+        lost or repeated.
+        """
+        loader = self._loader
+        kept = _compat.persistent_iterator(loader)
+        if kept is None or self._board is None:
+            return False
+        if all(process.is_alive() for process in _compat.worker_processes(kept)):
+            return True
+        _compat.drop_persistent_iterator(loader)
+        self._board = None
+        return False
 
     def _restart_kept(self) -> Iterator[Any]:
         """``persistent_workers=True``, workers running: they start a new iterator, then load
@@ -153,17 +239,22 @@ class Launch:
         self._collate.channel = channel
         return channel
 
-    def shares(self, batches: Iterator[Any]) -> Shares | PlainBatches:
+    def shares(
+        self, batches: Iterator[Any] | HeadStart, *, waits: Waits | None = None
+    ) -> Shares | PlainBatches | HeadStart:
         """What ``gather`` draws the batches of ``batches`` (from ``start``) from: whole
         columnar batches of the trainer's own process are finished as they come
         (``plain``), else every worker's shares are sorted and assembled."""
         loader = self._loader
+        if isinstance(batches, HeadStart):
+            batches.waits = waits  # for the workers' shares, once they take over
+            return batches
         if self._columnar and plain.eligible(loader, num_workers=self.num_workers):
             source = plain.uncollated(batches)
             return PlainBatches(source, batch_size=loader.batch_size or 1, drop_last=loader.drop_last)
-        return Shares(batches, workers=self.num_workers)
+        return Shares(batches, workers=self.num_workers, waits=waits if self.num_workers > 0 else None)
 
-    def gather(self, shares: Shares | PlainBatches | None) -> tuple[list[SentShare], Any] | None:
+    def gather(self, shares: Shares | PlainBatches | HeadStart | None) -> tuple[list[SentShare], Any] | None:
         """The next batch of ``shares`` (see ``Gathering.gather``).
 
         Kept workers that failed (a dead worker, a batch that failed on arrival) are
@@ -173,6 +264,8 @@ class Launch:
         if isinstance(shares, PlainBatches):
             return shares.next_batch()
         try:
+            if isinstance(shares, HeadStart):
+                return shares.gather()
             return self._gathering.gather(shares)
         except StopIteration:
             raise

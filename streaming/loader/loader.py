@@ -10,7 +10,6 @@ from torch.utils.data import DataLoader, default_collate, default_convert
 
 from ..core.lifecycle import Guarded
 from ..core.options import Options
-from ..core.plan import worker_splits
 from ..dataset import host as hosts
 from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
@@ -82,11 +81,13 @@ class StreamingDataLoader(DataLoader[Any]):
     older one then raises ``RuntimeError``. Leaving an epoch early and calling
     ``set_epoch`` is normal (see docs/lifecycle.md).
 
-    Worker w of k reads only the rank's splits at positions w, w + k, ... (the
-    rank's split count must be a multiple of ``num_workers``), and every batch is
-    assembled in the trainer from one share per worker: the batches are the same
-    for every ``num_workers`` (0 included), each row is read once, and the state
-    after any batch is exact. A ``collate_fn`` of the user's runs in the trainer on
+    Any ``num_workers`` works with any dataset: without a ``transform`` each of k
+    workers reads about 1/k of the rows of every window of the rank's splits (its
+    blocks of them), with one each worker owns whole splits (positions w, w + k,
+    ... of the rank's); every batch is assembled in the trainer from one share per
+    worker, so the batches are the same for every ``num_workers`` (0 included), each
+    row is read once, and the state after any batch is exact and resumes on any
+    worker count. A ``collate_fn`` of the user's runs in the trainer on
     the whole batch (it need not be picklable); ``default_collate`` runs in the
     workers on their shares. ``persistent_workers=True`` keeps the workers between
     iterators, each of which continues from the committed position;
@@ -94,6 +95,12 @@ class StreamingDataLoader(DataLoader[Any]):
     ``multiprocessing_context`` workers start with forkserver (else spawn); fork is
     refused because Lance is not fork-safe. Workers see the trainer's environment
     as it is when they start.
+
+    With workers, ``iter(loader)`` starts them on a thread and the trainer draws the
+    first batches itself until they are up (``head_start=True``, the default; see
+    docs/workers.md): the first batch comes as soon as with ``num_workers=0``, and
+    the batches and states are the same. ``head_start=False`` starts the workers
+    first, as torch's DataLoader does (mixtures always do).
 
     ``len_counts`` chooses what ``len(loader)`` counts: ``"remaining"`` is the
     batches the next iteration really yields; ``"epoch"`` is the batches of this
@@ -112,8 +119,8 @@ class StreamingDataLoader(DataLoader[Any]):
             ``__iter__``.
         ValueError: a ``batch_size``, ``num_workers``, ``prefetch_factor`` or
             ``timeout`` out of range, an unknown ``len_counts``, ``in_order=False``,
-            ``drop_last=True`` with ``batch_size=None``, a fork context, or a
-            worker count that does not divide the rank's splits.
+            ``drop_last=True`` with ``batch_size=None``, or a fork context. Any
+            ``num_workers`` works with any dataset.
     """
 
     # Accelerator.prepare keeps this loader; save_state/load_state use its state_dict()
@@ -150,6 +157,7 @@ class StreamingDataLoader(DataLoader[Any]):
         pin_memory_device: str = "",
         in_order: bool = True,
         len_counts: str = "auto",
+        head_start: bool = True,
     ) -> None:
         dataset = self._accept(dataset)
         given = checked_keywords(locals())  # DataLoader's keywords, checked; len_counts too
@@ -171,7 +179,15 @@ class StreamingDataLoader(DataLoader[Any]):
             "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
         }
         super().__init__(dataset, **torch_keywords)
-        self._settle(dataset, given, collate=collate, finish=finish, columnar=columnar, here=chosen_here)
+        self._settle(
+            dataset,
+            given,
+            collate=collate,
+            finish=finish,
+            columnar=columnar,
+            here=chosen_here,
+            head_start=bool(head_start),
+        )
         self._len_counts = len_counts
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -209,10 +225,12 @@ class StreamingDataLoader(DataLoader[Any]):
         finish: Callable[[Any], Any] | None,
         columnar: bool,
         here: bool,
+        head_start: bool,
     ) -> None:
         """After DataLoader's ``__init__``: the user's ``batch_size`` and ``drop_last``, the
         epoch sampler, the engine, and the launch that starts and gathers the batches
-        (``here``: the start method was chosen by the loader, not the user)."""
+        (``here``: the start method was chosen by the loader, not the user; ``head_start``:
+        the user's keyword)."""
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", given["batch_size"])  # what the user asked for
         object.__setattr__(self, "drop_last", given["drop_last"])  # kept by the loader's iterator
@@ -234,10 +252,14 @@ class StreamingDataLoader(DataLoader[Any]):
             chosen_here=here,
             num_workers=given["num_workers"],
             persistent=given["persistent_workers"],
+            head_start=self._head_start and head_start,
         )
         self._columnar = columnar  # whole columnar batches (read by tests)
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
+
+    _head_start = True
+    """Whether the trainer draws the first batches while the workers start (``headstart``)."""
 
     def _accept(self, dataset: Any) -> Any:
         """The dataset, checked to be one this class iterates."""
@@ -252,12 +274,9 @@ class StreamingDataLoader(DataLoader[Any]):
         return hosts.dataset_engine(self._streaming)
 
     def _fit(self, dataset: Any, *, batch_size: int | None, num_workers: int) -> None:
-        """Refuse a batch size or worker count the dataset cannot serve."""
-        del batch_size
-        if num_workers > 0:
-            worker_splits(
-                dataset.owned_splits(), worker=0, num_workers=num_workers, world_size=dataset.world_size
-            )
+        """Refuse a batch size or worker count the dataset cannot serve (a dataset serves
+        any of either: which worker reads which rows is the loader's business)."""
+        del dataset, batch_size, num_workers
 
     def _columnar_for(
         self, dataset: Any, *, collate_fn: Any, batch_size: int | None, batch_sampler: Any

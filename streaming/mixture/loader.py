@@ -16,6 +16,7 @@ from torch.utils.data import default_collate
 from ..core.lifecycle import Guarded
 from ..dataset import host as hosts
 from ..dataset.host import LoaderHost, MixtureHost
+from ..loader.headstart import HeadStart
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
 from ..loader.loader import StreamingDataLoader, serves
@@ -31,6 +32,8 @@ class MixtureLoader(StreamingDataLoader):
 
     Takes the base's arguments; only the hooks below differ.
     """
+
+    _head_start = False  # a mixture's workers start before its first batch
 
     def _accept(self, dataset: Any) -> Any:
         return dataset  # built only for a StreamingMixture (``serves``)
@@ -112,9 +115,11 @@ class _MixtureBatches(BatchIterator):
         self._mixture = mixture
         self._workers = launch.num_workers
 
-    def _shares_of(self, batches: Iterator[Any]) -> Shares:
+    def _shares_of(self, batches: Iterator[Any] | HeadStart) -> Shares:
         """Every process's shares, sorted and assembled, with workers or without (the
-        mixture's batches never take ``Launch.shares``' plain path)."""
+        mixture's batches never take ``Launch.shares``' plain path nor a head start)."""
+        if isinstance(batches, HeadStart):
+            raise TypeError("a mixture's loader starts its workers without a head start")
         return Shares(batches, workers=self._workers)
 
     def _draw(self) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from .iterate import CHUNK_ROWS, lowest_level
 from .reader import SplitReaders, Window, WindowSource, open_readers
 from .rows import Rows, WideValues, gather
 
-__all__ = ["finish", "iterate_batches", "layout", "to_tensors", "wide_columns"]
+__all__ = ["PartedBatch", "finish", "iterate_batches", "layout", "to_tensors", "wide_columns"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -59,9 +59,21 @@ class _Gathered:
         return gather(self.column, self.indices)
 
 
+class PartedBatch(NamedTuple):
+    """A batch of one ``Part``'s rows: the per-column pieces of its rows, and the slots
+    (places in the whole batch) they take."""
+
+    pieces: dict[str, list[Any]]
+    slots: np.ndarray
+
+
 @dataclass
 class _Chunk:
-    """``rows`` interleaved rows of ``splits`` (``rows / len(splits)`` cycles)."""
+    """``rows`` interleaved rows of ``splits`` (``rows / len(splits)`` cycles).
+
+    Of windows one ``Part`` read, ``mine`` says which of the rows were read here and
+    ``columns`` hold only those (``before[i]``: how many of them precede row i).
+    """
 
     splits: list[int]
     names: list[str]
@@ -69,16 +81,54 @@ class _Chunk:
     rows: int
     taken: int = 0
     committed: int = 0
+    mine: np.ndarray | None = None
+    before: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.mine is not None:
+            self.before = np.concatenate([[0], np.cumsum(self.mine)])
+
+    def columns_between(self, low: int, high: int) -> list[Any]:
+        """The columns' pieces of rows [low, high) (of a part's chunk, those read here)."""
+        if self.before is not None:
+            low, high = int(self.before[low]), int(self.before[high])
+        return [column[low:high] for column in self.columns]
 
 
-def _interleave(parts: list[Any]) -> Any:
-    """Rows of several splits' slices in cycle order (one from each, in turn)."""
+def _interleave(parts: list[Any], mine: np.ndarray | None = None) -> Any:
+    """Rows of several splits' slices in cycle order (one from each, in turn).
+
+    With ``mine`` (over the interleaved rows: which were read here) each part holds
+    only its rows read here, and so does the result.
+    """
     if len(parts) == 1:
         return parts[0]
+    if mine is not None:
+        return _interleave_mine(parts, mine)
     if all(_vectorisable(part) for part in parts) and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
         stacked = np.stack(parts, axis=1)
         return stacked.reshape(-1, *stacked.shape[2:])
     return [value for cycle in zip(*(list(part) for part in parts), strict=True) for value in cycle]
+
+
+def _interleave_mine(parts: list[Any], mine: np.ndarray) -> Any:
+    """``_interleave`` of parts that hold only the rows ``mine`` marks."""
+    width = len(parts)
+    place = np.cumsum(mine) - 1  # each interleaved row's index among the rows read here
+    targets = [place[split::width][mine[split::width]] for split in range(width)]
+    total = int(mine.sum())
+    kinds = {(part.dtype, part.shape[1:]) for part in parts if isinstance(part, np.ndarray)}
+    if all(_vectorisable(part) for part in parts) and len(kinds) == 1:
+        dtype, shape = kinds.pop()
+        out = np.empty((total, *shape), dtype=dtype)
+        for part, target in zip(parts, targets, strict=True):
+            out[target] = part
+        return out
+    values: list[Any] = [None] * total
+    for part, target in zip(parts, targets, strict=True):
+        for index, value in zip(target.tolist(), list(part), strict=True):
+            values[index] = value
+    return values
 
 
 def _shared_storage(windows: Sequence[Window]) -> list[Rows] | None:
@@ -97,9 +147,13 @@ def _chunk(readers: SplitReaders, splits: list[int], *, limit: int) -> _Chunk:
     starts = [start for _, start, _ in spans]
     shared = _shared_storage([window for window, _, _ in spans])
     columns: list[Any]
+    mine = None
     if shared is not None:  # the usual case: the splits' windows came from one read
         parts = [window.indices(start, start + count) for window, start in zip(shared, starts, strict=True)]
         indices = parts[0] if len(parts) == 1 else np.stack(parts, axis=1).reshape(-1)
+        if shared[0].parted:
+            mine = indices >= 0
+            indices = indices[mine]
         names = shared[0].names
         columns = [_Gathered(column, indices) for column in shared[0].storage.columns]
     else:  # splits at different windows (after a lagged resume): gather, then interleave
@@ -107,31 +161,46 @@ def _chunk(readers: SplitReaders, splits: list[int], *, limit: int) -> _Chunk:
         if len(rows) != len(spans):
             raise TypeError("columnar batches need windows of rows (no transform)")
         names = rows[0].names
+        if rows[0].parted:
+            masks = [
+                window.indices(start, start + count) >= 0 for window, start in zip(rows, starts, strict=True)
+            ]
+            mine = np.stack(masks, axis=1).reshape(-1)
         columns = [
             _interleave(
                 [
                     window.column(index, start, start + count)
                     for window, start in zip(rows, starts, strict=True)
-                ]
+                ],
+                mine,
             )
             for index in range(len(names))
         ]
-    return _Chunk(splits=list(splits), names=list(names), columns=columns, rows=count * len(splits))
+    return _Chunk(
+        splits=list(splits), names=list(names), columns=columns, rows=count * len(splits), mine=mine
+    )
 
 
-def _cut(chunks: deque[_Chunk], size: int) -> dict[str, list[Any]]:
-    """The next ``size`` rows (or fewer at the end) as per-column lists of pieces."""
+def _cut(chunks: deque[_Chunk], size: int) -> tuple[dict[str, list[Any]], np.ndarray | None]:
+    """The next ``size`` rows (or fewer at the end) as per-column lists of pieces; of a
+    part's chunks, only the rows read here, and their slots among the ``size``."""
     pieces: dict[str, list[Any]] = {name: [] for name in chunks[0].names}
+    slots: list[np.ndarray] | None = None if chunks[0].mine is None else []
     wanted = size
     for chunk in chunks:
         if wanted == 0:
             break
         count = min(wanted, chunk.rows - chunk.taken)
-        for name, column in zip(chunk.names, chunk.columns, strict=True):
-            pieces[name].append(column[chunk.taken : chunk.taken + count])
+        low, high = chunk.taken, chunk.taken + count
+        for name, column in zip(chunk.names, chunk.columns_between(low, high), strict=True):
+            pieces[name].append(column)
+        if slots is not None and chunk.mine is not None:
+            slots.append(np.flatnonzero(chunk.mine[low:high]) + (size - wanted))
         chunk.taken += count
         wanted -= count
-    return pieces
+    if slots is None:
+        return pieces, None
+    return pieces, (np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64))
 
 
 def _commit(cursor: Cursor, chunks: deque[_Chunk]) -> None:
@@ -166,12 +235,13 @@ def iterate_batches(
     *,
     io_threads: int,
     sizes: Iterator[int],
-) -> Generator[dict[str, list[Any]], None, None]:
+) -> Generator[dict[str, list[Any]] | PartedBatch, None, None]:
     """Yield batches of the next of ``sizes`` rows each, in the order ``iterate_cycles`` gives.
 
     Each batch is a dict of per-column pieces for ``finish`` (fewer rows at the
-    end). ``cursor`` counts every row handed out, updated just before each yield.
-    A size of 0 is skipped (nothing is yielded for it).
+    end); of windows one ``Part`` reads, a ``PartedBatch`` of its rows of the batch.
+    ``cursor`` counts every row handed out (a part's or not), updated just before
+    each yield. A size of 0 is skipped (nothing is yielded for it).
     """
     ordered = sorted(splits)
     chunks: deque[_Chunk] = deque()
@@ -192,9 +262,9 @@ def iterate_batches(
                 buffered += chunks[-1].rows
             if buffered == 0:
                 return
-            batch = _cut(chunks, batch_size)
+            batch, slots = _cut(chunks, batch_size)
             _commit(cursor, chunks)
-            yield batch
+            yield batch if slots is None else PartedBatch(batch, slots)
 
 
 def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
 
-from ..core.plan import EpochPlan, WindowRead
+from ..core.plan import EpochPlan, Part, WindowRead
 
 __all__ = ["PlanAhead"]
 
@@ -30,23 +30,26 @@ class PlanAhead:
         self._lock = threading.Lock()
         self._ahead: tuple[EpochPlan, tuple[Key, ...], Future[WindowRead]] | None = None
 
-    def plan(self, plan: EpochPlan, requests: Sequence[Key]) -> WindowRead:
-        """``plan.window_read(requests)``: the one worked out ahead if it was for these."""
+    def plan(self, plan: EpochPlan, requests: Sequence[Key], *, part: Part | None = None) -> WindowRead:
+        """``plan.window_read(requests, part=part)``: the one worked out ahead if it was for these."""
         with self._lock:
             ahead, self._ahead = self._ahead, None
         usable = ahead is not None and ahead[0] is plan and ahead[1] == tuple(requests)
         if ahead is not None and usable and not ahead[2].cancelled():
             return ahead[2].result()
-        return plan.window_read(requests)
+        return plan.window_read(requests, part=part)
 
-    def work_out_next(self, plan: EpochPlan, requests: Sequence[Key], executor: Executor) -> None:
-        """Start the plan of the windows after ``requests`` (those that exist) on ``executor``."""
+    def work_out_next(
+        self, plan: EpochPlan, requests: Sequence[Key], executor: Executor, *, part: Part | None = None
+    ) -> None:
+        """Start the plan of the windows after ``requests`` (those that exist) on ``executor``
+        (the same ``part`` of them as this read's)."""
         rows, length = plan.settings.window_rows, plan.split_length
         following = tuple((split, window + 1) for split, window in requests if (window + 1) * rows < length)
         if not following:
             return
         try:
-            future = executor.submit(plan.window_read, following)
+            future = executor.submit(plan.window_read, following, part=part)
         except RuntimeError:  # the readers are closing: no next read
             return
         with self._lock:

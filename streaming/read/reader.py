@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..core.cachesettings import CacheSettings
-from ..core.plan import EpochPlan
+from ..core.plan import EpochPlan, Part
 from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
 from . import blobs, source
@@ -47,6 +47,7 @@ class WindowSource:
     cache: CacheSettings | None = None  # the local cache of a table in a bucket (see read/cached.py)
     blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
     ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see read/planahead.py
+    part: Part | None = None  # one of several processes reading these windows together (core.plan.Part)
 
     def transformer(self, executor: Executor) -> Transformer | None:
         """The ``Transformer`` of this source on ``executor`` (``None`` without a transform)."""
@@ -84,6 +85,13 @@ class WindowSource:
             reading, pieces, columns=self.columns, filter_index=index, executor=executor, take_rows=size
         )
 
+    def _nothing(self) -> tuple[tuple[int, Any], ...]:
+        """A read of no row (a ``part`` with no block in these windows): it still gives the
+        columns' names and types."""
+        import numpy as np
+
+        return ((int(self.plan.fragment_ids[0]), np.zeros(0, dtype=np.int64)),)
+
     def _converted(self, seconds: float) -> None:
         self.counters.add(convert=seconds)
 
@@ -100,10 +108,10 @@ class WindowSource:
         With a ``transformer`` the windows are transformed lazily, as they are consumed.
         """
         with timed(self.counters, "read"):
-            request = self.ahead.plan(self.plan, requests)
+            request = self.ahead.plan(self.plan, requests, part=self.part)
             if executor is not None:  # the next read's plan, while this one's takes run
-                self.ahead.work_out_next(self.plan, requests, executor)
-            table = self._table(request.pieces, executor)
+                self.ahead.work_out_next(self.plan, requests, executor, part=self.part)
+            table = self._table(request.pieces or self._nothing(), executor)
         self.counters.add(rows=table.num_rows, nbytes=table.nbytes, windows=len(requests))
         windows: list[Window]
         if transformer is not None:
@@ -115,7 +123,9 @@ class WindowSource:
             ]
         else:
             # converted at first use (the transform stage of a read without one), timed then
-            windows = list(Rows.gather(table, request.gathers, converted=self._converted))
+            windows = list(
+                Rows.gather(table, request.gathers, converted=self._converted, parted=self.part is not None)
+            )
         return dict(zip(requests, windows, strict=True))
 
 

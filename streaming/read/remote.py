@@ -25,6 +25,7 @@ failures are retried and which are final.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -78,6 +79,20 @@ class Connection:
     namespace: tuple[str, ...] = ()
     branch: str | None = None
     factory: Callable[[str], Any] | None = field(default=None, repr=False)
+
+    @property
+    def server(self) -> str:
+        """The server as an error names it: its address (``host_override``), else its database
+        and region (LanceDB Cloud); never the key."""
+        database = self.uri.split("/")[2] if self.uri.startswith("db://") else self.uri
+        try:
+            settings = json.loads(self.state or "{}")
+        except ValueError:
+            settings = {}
+        if isinstance(settings, dict) and settings.get("host_override"):
+            return f"{settings['host_override']} (database {database!r})"
+        region = settings.get("region") if isinstance(settings, dict) else None
+        return f"db://{database}" + (f" (region {region})" if region else "")
 
     def open(self, version: int) -> Any:
         """A new ``RemoteTable`` of this process at ``version``.

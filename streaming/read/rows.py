@@ -22,11 +22,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Column", "Rows", "Sample", "Storage", "WideValues", "gather"]
+__all__ = ["NOT_MINE", "Column", "Rows", "Sample", "Storage", "WideValues", "gather"]
 
 Sample = dict[str, Any]
 Column = np.ndarray | list[Any]
 """A converted column: a numpy array (rows along the first axis) or a list of values."""
+
+
+class _NotMine:
+    """The type of ``NOT_MINE``."""
+
+    def __repr__(self) -> str:
+        return "NOT_MINE"
+
+
+NOT_MINE = _NotMine()
+"""Stands for a sample whose row another worker reads (a window of one ``Part``'s rows)."""
 
 
 def _is_plain_numeric(type_: pa.DataType) -> bool:
@@ -253,11 +264,15 @@ class Rows:
     same read) and ``order`` which of its rows come at each position.
     """
 
-    def __init__(self, names: Sequence[str], *, storage: Storage, order: np.ndarray) -> None:
+    def __init__(
+        self, names: Sequence[str], *, storage: Storage, order: np.ndarray, parted: bool = False
+    ) -> None:
         self.names = list(names)
         self.storage = storage
         self.order: np.ndarray = order
         self.length = len(order)
+        self.parted = parted
+        """Only one ``Part``'s rows were read: ``order`` holds ``NOT_READ`` for the others'."""
         self._columns: list[Any] | None = None
         self._build = _row_builder(self.names)
 
@@ -268,11 +283,15 @@ class Rows:
         orders: Sequence[np.ndarray],
         *,
         converted: Callable[[float], None] | None = None,
+        parted: bool = False,
     ) -> list[Rows]:
         """``table``'s rows in each of ``orders`` (no copy yet; the columns are converted
-        once, at their first use, and ``converted(seconds)`` told how long it took)."""
+        once, at their first use, and ``converted(seconds)`` told how long it took).
+        ``parted``: the orders hold ``NOT_READ`` for rows another reader has."""
         storage = Storage.convert(table, converted=converted)
-        return [cls(storage.names, storage=storage, order=np.asarray(order)) for order in orders]
+        return [
+            cls(storage.names, storage=storage, order=np.asarray(order), parted=parted) for order in orders
+        ]
 
     def __len__(self) -> int:
         return self.length
@@ -289,12 +308,28 @@ class Rows:
         result: np.ndarray = self.order[start:stop]
         return result
 
+    def mine(self, start: int, stop: int) -> np.ndarray | None:
+        """Which positions of [start, stop) were read here (``None``: all of them)."""
+        return self.indices(start, stop) >= 0 if self.parted else None
+
     def column(self, index: int, start: int, stop: int) -> Any:
-        """Column ``index`` at positions [start, stop), freshly gathered (or sliced)."""
+        """Column ``index`` at positions [start, stop), freshly gathered (or sliced); of a
+        ``parted`` window, only the positions read here."""
+        indices = self.indices(start, stop)
+        if self.parted:
+            return gather(self.storage.columns[index], indices[indices >= 0])
         if self._columns is not None:
             return self._columns[index][start:stop]
-        return gather(self.storage.columns[index], self.indices(start, stop))
+        return gather(self.storage.columns[index], indices)
 
-    def samples(self, start: int, stop: int) -> list[Sample]:
-        """Row dicts for rows [start, stop)."""
-        return self._build([self.column(index, start, stop) for index in range(len(self.names))])
+    def samples(self, start: int, stop: int) -> list[Any]:
+        """Row dicts for rows [start, stop); of a ``parted`` window, ``NOT_MINE`` for the
+        rows another reader has."""
+        built = self._build([self.column(index, start, stop) for index in range(len(self.names))])
+        mine = self.mine(start, stop)
+        if mine is None:
+            return built
+        result: list[Any] = [NOT_MINE] * (stop - start)
+        for place, sample in zip(np.flatnonzero(mine).tolist(), built, strict=True):
+            result[place] = sample
+        return result

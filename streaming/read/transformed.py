@@ -18,7 +18,7 @@ import functools
 import logging
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any
@@ -305,7 +305,14 @@ def _apply(
 ) -> list[Any]:
     """``transform(batch)`` as a list, checked to hold one sample per row (errors name
     ``named``, the user's function, if ``transform`` wraps it)."""
-    produced = list(transform(batch))
+    result = transform(batch)
+    if isinstance(result, (pa.RecordBatch, pa.Table, Mapping)):
+        raise TransformContractError(
+            f"transform {_qualname(named or transform)} returned {_described(result)} for a batch "
+            f"of {batch.num_rows} rows; it must return an iterable of samples, one per row "
+            "(for example a list of dicts: batch.to_pylist())"
+        )
+    produced = list(result)
     if len(produced) != batch.num_rows:
         raise TransformContractError(
             f"transform {_qualname(named or transform)} returned {len(produced)} samples for "
@@ -313,6 +320,13 @@ def _apply(
             "one output row per input row (filter rows with the filter= argument instead)"
         )
     return produced
+
+
+def _described(result: object) -> str:
+    """What a transform returned instead of samples, in words: its kind and size."""
+    if isinstance(result, (pa.RecordBatch, pa.Table)):
+        return f"a {type(result).__name__} with {result.num_rows} rows / {result.num_columns} columns"
+    return f"a {type(result).__name__} with {len(result)} keys"  # type: ignore[arg-type]
 
 
 def _qualname(function: object) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.options import Options
-from ..core.plan import EpochPlan, PlanSettings, window_rows_for
+from ..core.plan import EpochPlan, Part, PlanSettings, window_rows_for
 from ..core.progress import Cursor
 from ..core.stats import Counters
 from . import blobs, source
@@ -103,8 +103,10 @@ class TableView:
             return self.packing.split_blocks(num_splits)
         return self.plan.split_length
 
-    def window_source(self, options: Options, counters: Counters) -> WindowSource:
-        """How this view's windows are read and transformed."""
+    def window_source(
+        self, options: Options, counters: Counters, *, part: Part | None = None
+    ) -> WindowSource:
+        """How this view's windows are read and transformed (only ``part``'s rows of them)."""
         return WindowSource(
             snapshot=self.snapshot,
             plan=self.plan,
@@ -120,6 +122,7 @@ class TableView:
             take_rows=options.profile.take_rows,
             cache=options.cache,
             blobs=self.blobs,
+            part=part,
         )
 
     def stream(
@@ -130,9 +133,14 @@ class TableView:
         *,
         counters: Counters,
         sizes: Iterator[int] | None = None,
+        part: Part | None = None,
     ) -> Generator[Any, None, None]:
-        """Samples (or packed blocks, or with ``sizes`` columnar batches of those sizes) of ``splits``."""
-        windows = self.window_source(options, counters)
+        """Samples (or packed blocks, or with ``sizes`` columnar batches of those sizes) of ``splits``.
+
+        With ``part`` only that part's rows are read: the others' samples are
+        ``NOT_MINE`` (and a columnar batch is a ``PartedBatch`` of its rows and slots).
+        """
+        windows = self.window_source(options, counters, part=part)
         threads = options.io_threads
         if self.packing is not None:
             return iterate_blocks(windows, splits, cursor, io_threads=threads, packing=self.packing)

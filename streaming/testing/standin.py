@@ -19,11 +19,12 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.request
 from types import TracebackType
 from typing import Any
 
-__all__ = ["FAST_RETRIES", "KEY_VARIABLE", "SERVER_MODULE", "LanceDBStandIn"]
+__all__ = ["FAST_RETRIES", "KEY_VARIABLE", "SERVER_MODULE", "LanceDBStandIn", "Outage"]
 
 KEY_VARIABLE = "LANCEDB_STAND_IN_API_KEY"
 """The environment variable that hands the server the API key it accepts (never an argument:
@@ -53,7 +54,7 @@ class LanceDBStandIn:
     the ``x-api-key`` header (401 for another key) and the database header (404 for
     another database), refuses a request body over 1 MiB (413), counts every request
     (``stats``) and injects the failures a real server or its network has (``fault``,
-    ``set_latency``, ``restart``). The server process exits when this process does, even
+    ``set_latency``, ``restart``, ``outage``). The server process exits when this process does, even
     if it is killed. The key is never on a command line, in a ``repr`` or in an error.
 
     The lancedb calls it answers (lancedb 0.40's remote client, ``RemoteTable``):
@@ -153,6 +154,17 @@ class LanceDBStandIn:
         self._end(kill=True)
         self.start()
 
+    def outage(self, seconds: float) -> Outage:
+        """Kill the server now (SIGKILL, mid-answer if it is answering) and start it again on its
+        port ``seconds`` later, from a thread of this process: a server that goes away for a
+        while. Returns the ``Outage``; its ``join()`` returns once the server is back."""
+        if self._process is None:
+            raise RuntimeError("only a running stand-in can go away")
+        if not seconds >= 0:
+            raise ValueError(f"seconds must be a number of seconds >= 0, got {seconds!r}")
+        self._end(kill=True)
+        return Outage(self, seconds)
+
     def _end(self, *, kill: bool) -> None:
         process, self._process = self._process, None
         if process is None:
@@ -248,3 +260,33 @@ class LanceDBStandIn:
         found = self._control("stalled", {"count": count, "timeout_s": timeout_s}, timeout=timeout_s + 30)
         if found["stalled"] < count:
             raise TimeoutError(f"{found['stalled']} of {count} requests stalled in {timeout_s} s")
+
+
+class Outage:
+    """A stand-in that is away: it starts again ``seconds`` after it went (or at ``end()``)."""
+
+    def __init__(self, stand_in: LanceDBStandIn, seconds: float) -> None:
+        self._stand_in = stand_in
+        self._back_now = threading.Event()
+        self._failed: list[BaseException] = []
+        self._thread = threading.Thread(target=self._return, args=(seconds,), daemon=True)
+        self._thread.start()
+
+    def _return(self, seconds: float) -> None:
+        self._back_now.wait(seconds)  # the outage's length (or until end())
+        try:
+            self._stand_in.start()
+        except BaseException as error:  # raised by join(), in the caller's thread
+            self._failed.append(error)
+
+    def end(self) -> None:
+        """Start the server again now."""
+        self._back_now.set()
+
+    def join(self, timeout: float = 60.0) -> None:
+        """Return once the server is back; its start's error if it could not start."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the stand-in did not start again within {timeout} s")
+        if self._failed:
+            raise self._failed[0]

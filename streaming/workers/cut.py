@@ -100,14 +100,21 @@ class Sizes:
 
 
 def cut_shares(
-    plan: ShareSlots, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
+    plan: ShareSlots, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool, parted: bool = False
 ) -> Generator[Share, None, None]:
     """One ``Share`` per batch of ``plan``: the next samples of ``stream``.
 
     ``stream(sizes)`` starts the process's samples (``sizes`` is ``None``) or, with
     ``columnar``, its batches of the sizes asked of ``sizes``. A stream that ends
     early (rows a transform dropped) gives shorter shares at the end.
+
+    ``parted``: the stream walks every sample of the rank and reads only one
+    ``Part``'s rows (``read.rows.NOT_MINE`` for the others', a ``PartedBatch`` of
+    columns), so each share's slots are where its rows fall in the batch.
     """
+    if parted:
+        yield from _parted_shares(plan, stream, columnar=columnar)
+        return
     sizes = Sizes() if columnar else None
     source = stream(sizes)
     alone = _alone(plan)
@@ -125,6 +132,31 @@ def cut_shares(
         else:
             samples = list(itertools.islice(source, len(slots)))
             yield Share(samples, slots[: len(samples)], size, first=first)
+
+
+def _parted_shares(
+    plan: ShareSlots, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
+) -> Generator[Share, None, None]:
+    """``cut_shares`` of a stream of one ``Part``'s rows: every batch is asked of it whole."""
+    from ..read.rows import NOT_MINE
+
+    sizes = Sizes() if columnar else None
+    source = stream(sizes)
+    nothing = np.zeros(0, dtype=np.int64)
+    for batch in range(plan.order.batches(plan.batch_size)):
+        size, first = plan.size(batch), batch == 0
+        if sizes is not None:
+            sizes.ask(size)
+            parted = next(source, None)
+            if parted is None or len(parted.slots) == 0:
+                yield Share(None, nothing, size, columnar, first)
+            else:
+                yield Share(parted.pieces, parted.slots, size, columnar, first)
+            continue
+        items = list(itertools.islice(source, size))
+        slots = np.array([index for index, item in enumerate(items) if item is not NOT_MINE], dtype=np.int64)
+        samples = [items[index] for index in slots.tolist()]
+        yield Share(samples if len(slots) else None, slots, size, first=first)
 
 
 def _alone(plan: ShareSlots) -> np.ndarray | None:

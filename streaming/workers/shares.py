@@ -9,6 +9,7 @@ and ``Gathering`` makes the batch of those shares (``assembly``), honouring
 from __future__ import annotations
 
 import collections
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +22,16 @@ from .worker import SentShare
 
 __all__ = ["Gathering", "Shares", "release", "release_kept", "single"]
 
+_clock = time.perf_counter
+
 
 class Shares:
     """The DataLoader's messages, each one worker's shares of one or more batches, sorted
     by worker until every worker's share of the next batch is in."""
 
-    def __init__(self, batches: Iterator[Any], *, workers: int) -> None:
+    def __init__(self, batches: Iterator[Any], *, workers: int, waits: stats.Waits | None = None) -> None:
         self._batches = batches
+        self._waits = waits  # where the time spent waiting for each worker's message goes
         self._queues: list[collections.deque[SentShare]] = [
             collections.deque() for _ in range(max(1, workers))
         ]
@@ -42,7 +46,10 @@ class Shares:
         for queue in self._queues:
             while not queue:
                 try:
+                    asked = _clock()
                     message = next(self._batches)
+                    if self._waits is not None and message:
+                        self._waits.add_worker(message[0].worker, _clock() - asked)
                 except StopIteration:
                     if not any(self._queues):
                         raise
@@ -127,7 +134,7 @@ def release_kept(channel: transfer.Channel | None, board: Board | None, *, num_w
 
 
 def release(
-    batches: Iterator[Any],
+    batches: Any,
     channel: transfer.Channel | None,
     *,
     num_workers: int,
@@ -137,10 +144,15 @@ def release(
     """Shut down the workers of ``batches`` (unless the loader ``keep``s them), free their
     shared memory, and zero the gauges of their last ``reports`` (nothing of theirs is
     queued any more)."""
+    holder, started = batches, getattr(batches, "started", None)
     try:
-        if not keep:
+        if callable(started):  # a head start: its workers start on a thread (``loader.headstart``)
+            batches = started()
+        if not keep and batches is not None:
             _compat.shutdown_workers(batches)
     finally:
+        if holder is not batches:
+            holder.close()  # type: ignore[attr-defined]
         stats.idle(reports)
         if channel is not None:
             transfer.release(channel, num_workers=num_workers)

@@ -24,7 +24,7 @@ from ..core.progress import SplitProgress, WorkerReport
 from ..core.world import World
 from ..read import source
 from . import cut, watchdog
-from .board import Board
+from .board import STOP, Board
 
 __all__ = ["Shipped", "WorkerSide", "find_world"]
 
@@ -96,14 +96,19 @@ class WorkerSide:
             watchdog.watch_trainer(trainer_pid)
         return world
 
-    def resume(self, world: World, reset: Callable[[dict[str, Any]], None]) -> None:
-        """In a persistent worker's later iterator: ``reset`` to where the trainer stands
-        (its engine's ``handover()``, posted on the board); elsewhere nothing."""
-        if self._board is None:
-            return
+    def resume(self, world: World, reset: Callable[[dict[str, Any]], None]) -> bool:
+        """In a worker whose trainer posts positions (a persistent worker's later iterator,
+        any iterator of a loader that starts with a head start): ``reset`` to where the
+        trainer stands (its engine's ``handover()``, posted on the board); elsewhere
+        nothing. False when the trainer posted ``STOP``: the iterator reads nothing."""
+        if self._board is None or not world.in_worker:  # the trainer's own iterator is the poster
+            return True
         posted = self._board.received(world.worker)
+        if posted == STOP:
+            return False
         if posted is not None:
             reset(posted)
+        return True
 
     def send(
         self,

@@ -204,7 +204,6 @@ def test_plan_with_a_filter_plans_matching_rows_only(run):
     ("args", "message"),
     [
         (["--num-splits", "3", "--world-size", "2"], "num_splits=3 is not divisible by world_size=2"),
-        (["--num-splits", "4", "--world-size", "2", "--num-workers", "3"], "num_workers=3 does not divide"),
         (["--num-splits", "400"], "the table has 173 rows to plan but num_splits=400"),
         (["--num-splits", "4", "--filter", "nope > 1"], "filter='nope > 1' could not be applied"),
         (["--num-splits", "4", "--storage-option", "novalue"], "must look like KEY=VALUE"),

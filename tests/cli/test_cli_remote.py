@@ -95,6 +95,17 @@ def test_plan_reads_the_key_from_a_file(server, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "split length L = N // S = 100" in result.stdout
+    missing = cli(
+        "plan",
+        URI,
+        "--num-splits",
+        "3",
+        "--api-key-file",
+        str(tmp_path / "no-such.key"),
+        key=None,
+        host=server.host,
+    )
+    one_error_line(missing, f"--api-key-file '{tmp_path / 'no-such.key'}' cannot be read (No such file")
 
 
 def test_plan_says_what_to_do_without_a_key_with_a_wrong_key_and_for_a_missing_table(server):

@@ -200,6 +200,11 @@ def test_transform_with_wrong_length_is_an_error(small_uri):
     data = dataset(small_uri, num_splits=1, transform=lambda batch: [1])
     with pytest.raises(ValueError, match="returned 1 samples for a batch of"):
         list(data)
+    unchanged = dataset(small_uri, num_splits=1, transform=lambda batch: batch, read_batch_size=4)
+    with pytest.raises(
+        ValueError, match=r"returned a RecordBatch with 4 rows / 4 columns for a batch of 4 rows"
+    ):
+        list(unchanged)
 
 
 @pytest.mark.parametrize("kind", ["lancedb", "lance", "path"])

@@ -112,6 +112,8 @@ def test_an_override_naming_no_worker_is_refused(uri, worker, workers):
         StreamingDataset(uri, num_splits=SPLITS, worker_info_override=Info(worker, workers))
 
 
-def test_an_override_whose_workers_do_not_divide_the_splits_is_refused(uri):
-    with pytest.raises(ValueError, match="num_workers=5 does not divide; choose num_workers dividing 12"):
-        StreamingDataset(uri, num_splits=SPLITS, worker_info_override=Info(0, 5))
+def test_an_override_whose_workers_do_not_divide_the_splits_reads_its_strided_splits(uri):
+    """Any worker count: worker 0 of 5 of 12 splits reads splits 0, 5 and 10."""
+    dataset = StreamingDataset(uri, num_splits=SPLITS, worker_info_override=Info(0, 5))
+    assert dataset.state_dict()["owned_splits"] == [0, 5, 10]
+    assert len(ids_of(dataset)) == 3 * dataset.split_length

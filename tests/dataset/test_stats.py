@@ -41,6 +41,14 @@ def test_stats_match_what_was_delivered(tmp_path, workers, transform):
     assert (final["transform_seconds"] > 0) == (transform is not None)
     assert (final["convert_seconds"] > 0) == (transform is None)
     assert json.loads(json.dumps(final)) == final
+    # the loop's waits: one per batch handed over, the first one (start-up) apart
+    assert final["wait_batches"] == -(-delivered // 4) and middle["wait_batches"] == 2 * max(workers, 1)
+    assert 0 < final["wait_first_seconds"] < final["wait_seconds"]
+    quantiles = [final[f"wait_{name}_seconds"] for name in ("p50", "p95", "p99", "longest")]
+    assert quantiles[0] > 0 and quantiles == sorted(quantiles) and quantiles[-1] < final["wait_seconds"]
+    per_worker = sorted(name for name in final if name.startswith("wait_worker_"))
+    assert per_worker == [f"wait_worker_{worker}_seconds" for worker in range(workers)]
+    assert sum(final[name] for name in per_worker) <= final["wait_seconds"]
 
 
 PEER_ATTRIBUTES = (

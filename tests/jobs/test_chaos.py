@@ -190,3 +190,35 @@ def test_a_process_group_kill_leaves_only_rings_not_yet_received(tmp_path):
     semaphores = semaphore_files({int(inode) for inode in first[1:]})
     subprocess.run(["bash", "-c", CLEANUP, "cleanup", *left, *semaphores], check=True)
     assert not [name for name in left + semaphores if os.path.exists(name)], "the cleanup left some"
+
+
+REMOTE_CASE = (1, 0, ("worker", "all"))
+"""Against a faulted LanceDB stand-in (``chaos.py --remote``): one worker killed, then the trainer
+(sometimes with the server going away), each run on a drawn worker count."""
+MORE_REMOTE = int(os.environ.get("LANCE_STREAMING_CHAOS_REMOTE_TRIALS", "0"))
+"""Drawn remote trials to run besides the fixed case (seed ``LANCE_STREAMING_CHAOS_SEED``, 0 unless
+set); CI runs none. ``python tests/support/chaos.py --remote --trials N`` runs them by hand."""
+
+
+@functools.cache
+def remote_trials() -> Totals:
+    seed, index, kills = REMOTE_CASE
+    totals = run_trial(seed, index, kills=kills, remote=True)
+    for extra in range(MORE_REMOTE):
+        totals.add(run_trial(int(os.environ.get("LANCE_STREAMING_CHAOS_SEED", "0")), extra, remote=True))
+    return totals
+
+
+def test_a_faulted_server_with_killed_workers_and_trainers_delivers_every_planned_sample_once():
+    totals = remote_trials()
+    failures = [line for line in totals.failures if not line.startswith("leftover-semaphore")]
+    assert not failures, "\n".join(failures)
+    assert totals.lost == totals.duplicated == totals.hangs == 0 and totals.samples > 0
+    assert totals.kills["worker"] >= 1 and totals.kills["all"] >= 1, totals.kills
+    assert totals.faults >= 2 * (len(REMOTE_CASE[2]) + 1), "every run met a faulted server"
+    assert totals.topology_changes >= 1, "a resume on another num_workers"
+
+
+def test_no_semaphore_left_behind_by_the_faulted_server_trials():
+    failures = [line for line in remote_trials().failures if line.startswith("leftover-semaphore")]
+    assert not failures, "\n".join(failures)

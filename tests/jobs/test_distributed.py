@@ -43,6 +43,11 @@ def test_two_ranks_two_workers_then_four_ranks_and_one_rank(uri, tmp_path):
     seed = seeds.pop()
     checkpoint = first / "checkpoint.json"
     assert json.loads(checkpoint.read_text())["step"] == 8
+    every = json.loads((first / "stats.json").read_text())  # gather_stats: both ranks, on rank 0
+    assert [rank["wait_batches"] for rank in every] == [8, 8], every
+    for rank in every:
+        assert rank["wait_p50_seconds"] <= rank["wait_p95_seconds"] <= rank["wait_p99_seconds"]
+        assert 0 < rank["wait_worker_0_seconds"] + rank["wait_worker_1_seconds"] <= rank["wait_seconds"]
     for world_size, workers, batch in ((4, 0, 3), (1, 2, 12)):
         second = tmp_path / f"resume{world_size}"
         launch(uri, second, world_size, workers=workers, batch=batch, resume=checkpoint)

@@ -11,7 +11,6 @@ The settings are those of docs/multinode.md.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,9 +29,10 @@ from streaming import StreamingDataset, TorchrunStoreWarning
 from streaming.dataset import torchrun
 
 import shm_watch
+from attempt_logs import attempts, check_exactly_once
 from doc_examples import examples
 from helpers import ids_of, make_table, table_data
-from launching import PROCS, free_port
+from launching import PROCS, free_port, wait_for_the_job_to_end
 
 RANK_SCRIPT = PROCS / "multinode_rank.py"
 RANK_LOG = PROCS / "rank_log"  # its sitecustomize.py logs what each rank trains
@@ -70,22 +70,6 @@ def planned(uri: str, s3: dict[str, str]) -> Counter:
         uri, storage_options=s3, num_splits=NUM_SPLITS, shuffle_seed=5, block_rows=4, shuffle_buffer_size=32
     )
     return Counter(ids_of(data))
-
-
-def job_processes(token: str) -> list[int]:
-    """Live processes whose environment carries this job's token (agents, ranks, their workers)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"LS_JOB={token}".encode() in environ.split(b"\0") and state != "Z":
-            found.append(int(entry))
-    return found
 
 
 def shm_segments() -> set[str]:
@@ -160,49 +144,8 @@ def run_job(
     return [agent.returncode for agent in agents], shared
 
 
-def wait_for_the_job_to_end(token: str) -> None:
-    """Every process of the job (its environment holds ``LS_JOB=token``) ends within 30 s."""
-    deadline = time.monotonic() + 30  # orphaned DataLoader workers notice their rank is gone
-    while job_processes(token) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not job_processes(token), "processes of the job outlived it"
-
-
 def agent_logs(root: Path) -> str:
     return "\n".join((root / f"node{node}" / "agent.log").read_text()[-6000:] for node in range(2))
-
-
-def attempts(shared: Path) -> list[dict]:
-    """Every start of the worker group, in order: resume step, world size, logs by rank."""
-    found = []
-    for folder in sorted((shared / "attempts").iterdir(), key=lambda path: int(path.name)):
-        resumed = json.loads((folder / "resumed.json").read_text())
-        ranks = {
-            int(path.stem.removeprefix("rank")): [json.loads(line) for line in path.read_text().splitlines()]
-            for path in folder.glob("rank*.jsonl")
-        }
-        found.append({**resumed, "ranks": ranks})
-    return found
-
-
-def check_exactly_once(found: list[dict], expected: Counter) -> None:
-    """What each attempt delivered up to the checkpoint the next one resumed from, and all
-    of the last one, is the epoch exactly once; each rank took every one of those steps."""
-    delivered: Counter = Counter()
-    for index, attempt in enumerate(found):
-        last = index == len(found) - 1
-        until = None if last else found[index + 1]["step"]
-        assert sorted(attempt["ranks"]) == list(range(attempt["world_size"]))
-        kept = {
-            rank: [record for record in records if until is None or record["step"] <= until]
-            for rank, records in attempt["ranks"].items()
-        }
-        end = until if until is not None else max(record["step"] for record in kept[0])
-        steps = list(range(attempt["step"] + 1, end + 1))
-        for rank, records in kept.items():
-            assert [record["step"] for record in records] == steps, f"rank {rank} of attempt {index}"
-            delivered.update(i for record in records for i in record["ids"])
-    assert delivered == expected, "the epoch is not exactly once across the restarts"
 
 
 def test_a_killed_rank_and_torchrun_restarts_both_nodes(tmp_path, short_tmp):

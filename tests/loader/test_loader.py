@@ -221,7 +221,6 @@ class Overriding(StreamingDataset):
         ({"in_order": False}, ValueError, "in_order=False"),
         ({"batch_size": None, "drop_last": True}, ValueError, r"drop_last=True with batch_size=None.*pass a"),
         ({"multiprocessing_context": "fork", "num_workers": 2}, ValueError, "'forkserver', 'spawn'"),
-        ({"num_workers": 4}, ValueError, r"num_splits=6 .* world_size=1 .* num_workers=4"),
     ],
 )
 def test_refused_settings(uri, kwargs, error, message):

@@ -20,7 +20,8 @@ SCRIPT = textwrap.dedent(
     if __name__ == "__main__":
         uri, workers = sys.argv[1], int(sys.argv[2])
         loader = StreamingDataLoader(
-            StreamingDataset(uri, num_splits=2, shuffle_seed=0), batch_size=5, num_workers=workers
+            StreamingDataset(uri, num_splits=2, shuffle_seed=0), batch_size=5, num_workers=workers,
+            head_start=False,  # the workers deliver from the first batch (no head start by the trainer)
         )
         server = forkserver._forkserver._forkserver_pid  # before any iter()
         assert (server is not None) == (workers > 0), server

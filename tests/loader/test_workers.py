@@ -125,7 +125,8 @@ def test_a_killed_persistent_worker_is_replaced_and_nothing_is_lost(uri):
     got = [next(iterator) for _ in range(2)]
     victim = int(got[0]["pid"][0])
     os.kill(victim, 9)
-    with pytest.raises(RuntimeError, match="exited unexpectedly"):
+    named = rf"worker \d \(pid {victim}\) was killed by SIGKILL.*call iter\(\) on the loader again"
+    with pytest.raises(RuntimeError, match=named):
         for batch in iterator:
             got.append(batch)
     got += list(loader)

@@ -42,6 +42,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--resume", type=Path, default=None, help="a complete checkpoint folder")
     parser.add_argument("--checkpoint-every", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--stand-in", default="", help="read --uri's table through this LanceDB stand-in")
     return parser.parse_args()
 
 
@@ -84,10 +85,26 @@ def say(args: argparse.Namespace, line: str) -> None:
         print(line, flush=True)
 
 
+def table(args: argparse.Namespace) -> Any:
+    """The table: ``--uri``, or with ``--stand-in`` the same table through a LanceDB server
+    (the key comes in the environment; lancedb's own retries quick, so ours are met)."""
+    if not args.stand_in:
+        return args.uri
+    import lancedb
+
+    from streaming.testing import FAST_RETRIES
+    from streaming.testing.standin import KEY_VARIABLE
+
+    key = os.environ[KEY_VARIABLE]
+    server = args.stand_in
+    database = lancedb.connect("db://bench", api_key=key, host_override=server, client_config=FAST_RETRIES)
+    return database.open_table(Path(args.uri).stem)
+
+
 def build(args: argparse.Namespace) -> tuple[StreamingDataset, StreamingDataLoader, int]:
     step, state = read_checkpoint(args.resume) if args.resume else (0, None)
     dataset = StreamingDataset(
-        args.uri,
+        table(args),
         num_splits=args.splits,
         shuffle_seed=args.seed,
         epoch=state["epoch"] if state else 0,

@@ -40,6 +40,7 @@ def main(uri: str, method: str) -> None:
         num_workers=2,
         multiprocessing_context=None if method == "default" else method,
         worker_init_fn=die_holding_the_done_lock,
+        head_start=False,  # the loop waits on the workers from its first batch, where the lock matters
     )
     seen: list[int] = []
     try:

@@ -21,6 +21,7 @@ from streaming import (
     StreamingDataLoader,
     StreamingDataset,
     gather_state_dict,
+    gather_stats,
     load_state_dict,
     save_state_dict,
 )
@@ -108,6 +109,9 @@ def main() -> None:
         if args.stop_after and step == args.stop_after:
             break
     log.close()
+    every = gather_stats(loader)  # every rank's waits and counters, on every rank
+    if args.rank == 0:
+        (args.out / "stats.json").write_text(json.dumps(every))
     dist.barrier()
     dist.destroy_process_group()
 

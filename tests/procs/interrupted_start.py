@@ -81,7 +81,11 @@ def main(uri: str, fifo: str, method: str) -> int:
     if context is None:  # the loader's own fork server, with its preloaded modules
         start = ForkServerProcess.start
         ForkServerProcess.start = lambda self: _interrupt_after(functools.partial(start, self))  # type: ignore[method-assign]
-    loader = StreamingDataLoader(dataset, batch_size=4, num_workers=2, multiprocessing_context=context)
+    # head_start=False: the workers start on the trainer's thread, inside next(), where the
+    # SIGINT meets them (a head start would start them on a thread of their own)
+    loader = StreamingDataLoader(
+        dataset, batch_size=4, num_workers=2, multiprocessing_context=context, head_start=False
+    )
     with contextlib.suppress(KeyboardInterrupt):
         next(iter(loader))  # the first next() starts the workers
     gc.collect()  # the interrupted iterator's queues are gone: their semaphores unlinked

@@ -40,6 +40,8 @@ INTERNAL_ALLOWED = {
     ("suites/commit.py", "streaming.core.ledger"): "the suite times Ledger.commit itself, the trainer's "
     "per-batch bookkeeping, which no public call isolates",
     ("suites/commit.py", "streaming.core.progress"): "builds the SplitProgress reports Ledger.commit takes",
+    ("suites/waits.py", "streaming.core.stats"): "times Waits, the loader's per-batch record of the "
+    "loop's waits, on its own: the public API only shows its figures",
     ("suites/transfer.py", "streaming.workers.transfer"): "the suite compares the shared-memory slots "
     "themselves with a pipe, outside any loader",
     ("cases/scenarios.py", "streaming.core.plan"): "'The pure plan at scale' times the plan at 1B rows, "

@@ -33,6 +33,8 @@ RUN_ELSEWHERE = {
     "testing.md": "tests/testing/test_installed.py::test_the_testing_example_runs_installed",
     # its two-node job runs once, there, with what every rank trained checked too
     "multinode.md": "tests/jobs/test_multinode.py::test_a_killed_rank_and_torchrun_restarts_both_nodes",
+    # its Ray cluster and restart run once, there, with what every Ray worker trained checked too
+    "ray.md": "tests/jobs/test_ray.py::test_the_ray_example_restarts_a_killed_worker",
 }
 
 
@@ -45,6 +47,7 @@ def test_the_docs_have_examples():
         "workers.md",
         "distributed.md",
         "multinode.md",
+        "ray.md",
     ):
         assert page in pages, f"{page} has no runnable python example"
 

@@ -60,7 +60,7 @@ def test_given_takes_the_declared_keywords_and_refuses_a_signature_without_one()
 
 def test_the_loader_hands_every_dataloader_keyword_of_its_signature_on_to_torch():
     """``StreamingDataLoader``'s body passes ``DATALOADER_KEYWORDS`` to ``DataLoader``:
-    every keyword of its signature but ``dataset`` and its own ``len_counts``."""
+    every keyword of its signature but ``dataset`` and its own ``len_counts`` and ``head_start``."""
     ours = list(inspect.signature(StreamingDataLoader.__init__).parameters)
-    assert ours == ["self", "dataset", *DATALOADER_KEYWORDS, "len_counts"]
+    assert ours == ["self", "dataset", *DATALOADER_KEYWORDS, "len_counts", "head_start"]
     assert set(DATALOADER_KEYWORDS) <= set(inspect.signature(DataLoader.__init__).parameters)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,9 +23,11 @@ import pytest
 
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset
 from streaming.read import remote
+from streaming.read.remoteretry import BUDGET_VARIABLE
 from streaming.testing import FAST_RETRIES, LanceDBStandIn
 
-from helpers import ids_of, json_roundtrip, table_data
+from helpers import LogToFolder, ids_of, json_roundtrip, table_data
+from launching import await_exits
 
 API_KEY = "sk-faults-0123456789-never-on-disk"
 ROWS = 2_000
@@ -68,11 +71,24 @@ def epoch(server: LanceDBStandIn) -> list[int]:
     return planned
 
 
-def loader(table, workers: int, *, multiprocessing_context=None, **options) -> StreamingDataLoader:
+def loader(
+    table, workers: int, *, multiprocessing_context=None, worker_init_fn=None, **options
+) -> StreamingDataLoader:
     data = StreamingDataset(table, **SETTINGS, **options)
     return StreamingDataLoader(
-        data, batch_size=16, num_workers=workers, multiprocessing_context=multiprocessing_context
+        data,
+        batch_size=16,
+        num_workers=workers,
+        multiprocessing_context=multiprocessing_context,
+        worker_init_fn=worker_init_fn,
     )
+
+
+def retry_warnings(caplog: pytest.LogCaptureFixture, logs: LogToFolder) -> list[str]:
+    """What the trainer (``caplog``) and every worker (``logs``) warned of retries."""
+    lines = [record.getMessage() for record in caplog.records]
+    lines += [line for worker in logs.records().values() for line in worker]
+    return [line for line in lines if "retrying in" in line]
 
 
 def test_deleted_rows_are_taken_by_row_id_and_read_what_the_local_table_reads(root, server):
@@ -146,30 +162,82 @@ def test_every_retried_fault_is_retried_and_every_row_arrives_once(server, epoch
         assert any("HTTP 429" in w and "retrying in 1.00 s" in w for w in waits), waits  # the floor
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_server_killed_and_restarted_mid_epoch(server, epoch, workers):
-    """A take stalls, the server is killed under it (SIGKILL) and started again on its port: every
-    connection is cut and the first attempts are refused; the epoch completes, every row once."""
-    table = server.connect(client_config=FAST_RETRIES).open_table("train")
-    batches = iter(loader(table, workers))
-    ids = [int(i) for i in next(batches)["id"]]
-    server.clear_faults()
-    server.fault("query", count=1, stall_s=120)
-    failed: list[BaseException] = []
+DOWN_S = 1.0
+"""How long the server stays away: longer than lancedb's own retries (FAST_RETRIES: a few ms),
+shorter than this package's budget (32 s)."""
 
-    def restart() -> None:
+
+@pytest.mark.parametrize(("workers", "context"), [(0, None), (2, None), (2, "spawn")])
+def test_a_server_away_longer_than_the_clients_retries_costs_a_pause(
+    server, epoch, caplog, tmp_path, workers, context
+):
+    """A take stalls, the server is killed under it (SIGKILL: every connection cut) and comes back on
+    its port DOWN_S later: lancedb gives up (its RetryError, or a plain RuntimeError 'Hit retry
+    limit'), this package retries, the epoch is exact, and the warnings name the server, what could
+    not be done and what failed."""
+    table = server.connect(client_config=FAST_RETRIES).open_table("train")
+    logs = LogToFolder(tmp_path)
+    data = loader(table, workers, multiprocessing_context=context, worker_init_fn=logs if workers else None)
+    batches = iter(data)
+    outages = []
+
+    def go_away() -> None:
         try:
             server.wait_stalled(1)
-            server.restart()
+            outages.append(server.outage(DOWN_S))
         except BaseException as error:  # reported below, in the test's thread
-            failed.append(error)
+            outages.append(error)
 
-    restarted = threading.Thread(target=restart)
-    restarted.start()
-    ids += [int(i) for batch in batches for i in batch["id"]]
-    restarted.join(timeout=120)
-    assert not restarted.is_alive() and not failed, failed
+    with caplog.at_level(logging.WARNING, logger="streaming"):
+        ids = [int(i) for i in next(batches)["id"]]
+        server.clear_faults()
+        server.fault("query", count=1, stall_s=120)
+        away = threading.Thread(target=go_away)
+        away.start()
+        ids += [int(i) for batch in batches for i in batch["id"]]
+    away.join(timeout=120)
+    assert len(outages) == 1 and not isinstance(outages[0], BaseException), outages
+    outages[0].join()
     assert sorted(ids) == epoch
+    said = retry_warnings(caplog, logs)
+    assert said, "the outage was met and retried"
+    assert all(server.host in line and "could not" in line for line in said), said
+    assert any("Hit retry limit" in line or "error sending request" in line for line in said), said
+
+
+def test_a_server_away_past_the_budget_ends_with_one_error_and_resumes_exactly(
+    server, epoch, tmp_path, monkeypatch
+):
+    """The server stays away past the retry budget (3 s here, through LANCE_STREAMING_REMOTE_RETRY_S):
+    one error naming the server, the table, what was retried and for how long, within the budget
+    plus 10 s; no worker left behind; the loader's state resumes exactly once the server is back."""
+    monkeypatch.setenv(BUDGET_VARIABLE, "3")
+    table = server.connect(client_config=FAST_RETRIES).open_table("train")
+    logs = LogToFolder(tmp_path)
+    first = loader(table, 2, worker_init_fn=logs)
+    batches = iter(first)
+    delivered = [int(i) for i in next(batches)["id"]]
+    server.stop()
+    went = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            for batch in batches:
+                delivered += [int(i) for i in batch["id"]]
+        took = time.monotonic() - went
+        state = json_roundtrip(first.state_dict())
+    finally:
+        server.start()
+    message = str(raised.value)
+    assert f"the LanceDB server {server.host} (database 'bench') kept failing for" in message, message
+    assert "'db://bench/train'" in message and "retry budget is 3 s" in message, message
+    assert "'hit retry limit' x" in message and BUDGET_VARIABLE in message, message  # what, how often
+    assert took < 3 + 10, f"the error came {took:.1f} s after the server went away"
+    workers = list(logs.records())
+    assert len(workers) == 2 and not await_exits(workers, within=10), "the workers stopped"
+    again = loader(server.connect().open_table("train"), 0)
+    again.load_state_dict(state)
+    rest = [int(i) for batch in again for i in batch["id"]]
+    assert sorted(delivered + rest) == epoch
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -32,6 +32,7 @@ class Totals:
     resumes: int = 0
     topology_changes: int = 0
     mutations: Counter[str] = field(default_factory=Counter)
+    faults: int = 0  # faults queued on the LanceDB stand-in (remote trials)
     samples: int = 0
     lost: int = 0
     replayed: int = 0

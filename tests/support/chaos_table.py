@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -64,9 +65,10 @@ def live_count(uri: str, version: int, where: str | None) -> tuple[int, set[int]
     return len(ids), set(ids.to_pylist())
 
 
-def planned(uri: str, *, version: int, splits: int, seed: int, where: str | None) -> Counter[int]:
-    """Every row the epoch plans, read by one uninterrupted rank through the public API."""
+def planned(table: Any, *, version: int, splits: int, seed: int, where: str | None) -> Counter[int]:
+    """Every row the epoch plans, read by one uninterrupted rank through the public API (``table``:
+    the URI, or the same table through a LanceDB server, whose plan is its own)."""
     dataset = StreamingDataset(
-        uri, version=version, num_splits=splits, shuffle_seed=seed, columns=["id"], filter=where
+        table, version=version, num_splits=splits, shuffle_seed=seed, columns=["id"], filter=where
     )
     return Counter(int(sample["id"]) for sample in dataset)

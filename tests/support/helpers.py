@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -155,3 +157,23 @@ class FailOnIds:
         if failing:
             raise ValueError(f"cannot handle rows {failing}")
         return rows
+
+
+class LogToFolder:
+    """A picklable ``worker_init_fn``: each worker writes the ``streaming`` logger's records to
+    ``folder/worker-PID.log``, so a test reads what every worker warned (and which pids ran)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = str(folder)
+
+    def __call__(self, worker_id: int) -> None:
+        handler = logging.FileHandler(os.path.join(self.folder, f"worker-{os.getpid()}.log"))
+        handler.setLevel(logging.WARNING)
+        logging.getLogger("streaming").addHandler(handler)
+
+    def records(self) -> dict[int, list[str]]:
+        """Worker pid -> the lines it logged."""
+        found = {}
+        for path in Path(self.folder).glob("worker-*.log"):
+            found[int(path.stem.split("-")[1])] = path.read_text().splitlines()
+        return found

@@ -14,7 +14,18 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "streaming"
 
-LAYERS = ("core", "state", "read", "workers", "dataset", "loader", "mixture", "app", "testing")
+LAYERS = (
+    "core",
+    "state",
+    "read",
+    "workers",
+    "dataset",
+    "loader",
+    "mixture",
+    "profiling",
+    "app",
+    "testing",
+)
 """Bottom to top; a module may import its own wing and the wings below it. ``testing``
 (the helpers users test their pipelines with) is above the application: nothing of the
 package, the root included, imports it, so ``import streaming`` never loads it."""

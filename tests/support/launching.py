@@ -11,6 +11,9 @@ Whether the test kills the group (``kill``) or lets the trainer end,
 and fails naming those still running (then kills them) and any ``/dev/shm`` entry
 of this run new since the group started. Leaving the ``with`` block kills whatever
 of the group still runs, so a failing test leaves no worker behind either.
+A job whose processes are not one process group (torchrun agents on two "nodes", a
+Ray cluster) carries a token in the environment of everything it starts instead:
+``wait_for_the_job_to_end`` waits for every live process holding it to end.
 ``IGNORING_SIGINT`` starts a command with SIGINT ignored, as ``nohup cmd &`` and
 many CI runners start their jobs (the disposition survives ``exec``).
 """
@@ -245,3 +248,30 @@ class Group:
             raise AssertionError(f"processes of group {self.pgid} still ran {within:.0f} s on: {described}")
         new = ours(shm_names() - self.shm_before)
         assert not new, f"the group {self.pgid} left {len(new)} entries in /dev/shm: {sorted(new)}"
+
+
+def job_processes(token: str) -> list[int]:
+    """Live processes whose environment carries this job's token (agents, ranks, their workers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"LS_JOB={token}".encode() in environ.split(b"\0") and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_for_the_job_to_end(token: str) -> None:
+    """Every process of the job (its environment holds ``LS_JOB=token``) ends within 30 s."""
+    deadline = time.monotonic() + 30  # orphaned DataLoader workers notice their rank is gone
+    while job_processes(token) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in job_processes(token)}
+    for pid in left:  # a failing test leaves nothing running either
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes of the job outlived it: {left}"

@@ -126,6 +126,7 @@ def test_a_killed_worker_is_named_at_once_and_iter_continues_exactly(
         timeout=timeout,
         multiprocessing_context=None if context == "default" else context,
         worker_init_fn=functools.partial(record_pid, tmp_path),
+        head_start=False,  # the workers deliver from the first batch (test_head_start.py: with one)
     )
     iterator = iter(loader)
     seen = [i for _ in range(3) for i in next(iterator)["id"].tolist()]
