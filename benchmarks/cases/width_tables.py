@@ -312,7 +312,7 @@ def first_batch_lines(
             f"- 100 KiB rows, k={k}: first batch {found['first_s']:.2f} s, {ratio:.1f}x k=0's "
             f"(at most 3x: {_verdict(ratio <= 3)})"
         )
-        if preload is not None:
+        if preload is not None and found["first_s"] > preload:  # else the start is off the path
             rest = found["first_s"] - preload
             line += (
                 f"; {preload:.2f} s of it is a fresh interpreter importing what the fork server "
