@@ -86,8 +86,8 @@ BLOCK_ROWS = 64
 WAVE_BLOCKS = 32
 
 
-def lance_block_takes(table: TableRef) -> Iterator[Any]:
-    """Sorted ``fragment.take`` of shuffled 64-row blocks, 32 a call, on one thread.
+def lance_block_takes(table: TableRef, *, wave_blocks: int = WAVE_BLOCKS) -> Iterator[Any]:
+    """Sorted ``fragment.take`` of shuffled 64-row blocks, ``wave_blocks`` a call, on one thread.
 
     What a shuffled block reader cannot avoid: the Lance reads alone, as Arrow,
     with no permutation, batching or tensors (the limit for shuffled reads).
@@ -100,8 +100,8 @@ def lance_block_takes(table: TableRef) -> Iterator[Any]:
     def batches() -> Iterator[pa.Table]:
         for fragment in dataset.get_fragments():
             blocks = rng.permutation(fragment.count_rows() // BLOCK_ROWS)
-            for start in range(0, len(blocks), WAVE_BLOCKS):
-                chosen = np.sort(blocks[start : start + WAVE_BLOCKS]) * BLOCK_ROWS
+            for start in range(0, len(blocks), wave_blocks):
+                chosen = np.sort(blocks[start : start + wave_blocks]) * BLOCK_ROWS
                 offsets = (chosen[:, None] + np.arange(BLOCK_ROWS)).reshape(-1)
                 yield fragment.take(offsets)
 

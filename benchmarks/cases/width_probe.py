@@ -2,17 +2,21 @@
 into a peer's format, or reading them for two epochs while the process tree is watched.
 
 Run by ``benchmarks.harness.envs.run_module`` with a JSON spec, in this repository's
-environment (ours, lance.torch, raw Lance takes, litdata) or in a peer's own
-(mosaicml-streaming, whose top-level package is also named ``streaming``). Imports
+environment (ours, lance.torch, raw Lance takes) or in a peer's own (litdata,
+mosaicml-streaming, whose top-level package is also named ``streaming``). Imports
 nothing but the standard library, numpy and the harness at the top, so it loads in
-either; each contender's packages are imported in its own function.
+any; each contender (``benchmarks.cases.width_contenders``) imports its packages in
+its own function.
 
 The rows come from one source folder, written once by the suite: ``ids.npy``, and
 ``vec.npy`` (narrow rows: float32[128]) or ``payload.npy`` (wide rows: one fixed-size
 row of bytes each, its first 8 bytes the row's id). Labels are ``id % 1000``. Every
 converter and every Lance table is made from it, so every contender reads the same
-rows. Reading checks that each id comes exactly once per epoch and that each wide
-row's bytes have the right size and start with its id.
+rows. Reading checks, for every contender alike, that each id comes exactly once per
+epoch and that each wide row's bytes have the right size, start with its id, and are
+in memory (one byte of every 4 KiB page read: a memory-mapped row, as litdata and
+mosaic give, is brought in as a trainer using it would; Arrow rows are in memory
+once read).
 """
 
 from __future__ import annotations
@@ -21,18 +25,18 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.cases.width_contenders import CONTENDERS, PRELOAD, mosaic_package
 from benchmarks.harness.treewatch import TreeWatch
 
 LABELS = 1000
 CHUNK_ROWS = 4096
-SPLITS = 16
-"""Our splits at every k (the default, the world size, is 1: two workers need a multiple of 2)."""
+PAGE = 4096
 
 
 # -- the source rows ---------------------------------------------------------------------
@@ -86,47 +90,6 @@ def convert_litdata(source: str, out: str) -> None:
     )
 
 
-def without_torchvision() -> None:
-    """Stand in for torchvision where it is not installed.
-
-    mosaicml-streaming imports torchvision at import for its vision datasets (unused
-    here), and so does litdata when it is installed; PyPI's torchvision is a CUDA build
-    whose operators do not load next to the CPU build of torch these environments
-    have, so the suite installs the peers without it and this gives the two names
-    mosaic imports.
-    """
-    import importlib.machinery
-    import importlib.util
-    import types
-
-    if importlib.util.find_spec("torchvision") is not None or "torchvision" in sys.modules:
-        return
-    import torch.utils.data
-
-    names = (
-        "torchvision",
-        "torchvision.datasets",
-        "torchvision.transforms",
-        "torchvision.transforms.functional",
-    )
-    modules = {name: types.ModuleType(name) for name in names}
-    for name, module in modules.items():
-        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-    modules["torchvision.datasets"].VisionDataset = torch.utils.data.Dataset  # type: ignore[attr-defined]
-    modules["torchvision.transforms.functional"].to_tensor = torch.as_tensor  # type: ignore[attr-defined]
-    sys.modules.update(modules)
-
-
-def mosaic_package() -> Any:
-    """mosaicml-streaming's ``streaming`` package (refused if ours was found instead)."""
-    without_torchvision()
-    import streaming as mosaic
-
-    if not hasattr(mosaic, "MDSWriter"):
-        raise RuntimeError(f"the streaming package at {mosaic.__file__} is not mosaicml-streaming")
-    return mosaic
-
-
 def convert_mosaic(source: str, out: str) -> None:
     """The source rows in mosaicml-streaming's MDS format (64 MiB shards, no compression)."""
     mosaic = mosaic_package()
@@ -138,163 +101,6 @@ def convert_mosaic(source: str, out: str) -> None:
         for start in range(0, total, CHUNK_ROWS):
             for sample in source_samples(source, start, min(CHUNK_ROWS, total - start)):
                 writer.write(sample)
-
-
-# -- contenders: (the loader, how to start the next epoch) -------------------------------
-
-Made = tuple[Any, Callable[[], Iterator[Any]]]
-
-
-def lance_torch_wide(batch: Any, **_: Any) -> dict[str, Any]:
-    """lance.torch's ``to_tensor_fn`` for rows with bytes: ids as a tensor, bytes as a list
-    (its default refuses binary columns; blob columns arrive as ``lance.BlobFile``s, read here)."""
-    import pyarrow as pa
-    import torch
-
-    out: dict[str, Any] = {}
-    names = batch.column_names if isinstance(batch, pa.RecordBatch) else list(batch)
-    for name in names:
-        column = batch[name]
-        if isinstance(column, list):
-            out[name] = [blob.read() for blob in column]
-        elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-            out[name] = column.to_pylist()
-        elif not name.startswith("_"):
-            out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False))
-    return out
-
-
-class LanceTorchBlobs:
-    """lance.torch's ``to_tensor_fn`` for a blob column: lance.torch hands over the blob
-    descriptors (it reads blobs only for a ``large_binary`` field, not Lance's blob type),
-    so each batch's blobs are read here by row id, as a user of it would have to."""
-
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self.dataset: Any = None
-
-    def __call__(self, batch: Any, **_: Any) -> dict[str, Any]:
-        import lance
-        import torch
-
-        if self.dataset is None:
-            self.dataset = lance.dataset(self.uri)
-        ids = batch.column("_rowid").to_pylist()
-        blobs = self.dataset.take_blobs("img", ids=ids)
-        return {
-            "id": torch.from_numpy(batch.column("id").to_numpy()),
-            "label": torch.from_numpy(batch.column("label").to_numpy()),
-            "img": [blob.readall() for blob in blobs],
-        }
-
-
-def ours(spec: dict[str, Any]) -> Made:
-    """``StreamingDataLoader(StreamingDataset(uri), batch_size, num_workers=k)``: default settings."""
-    import streaming
-    from streaming import StreamingDataLoader, StreamingDataset
-
-    if not str(streaming.__file__).startswith(str(Path(__file__).resolve().parents[2])):
-        raise RuntimeError(f"imported another streaming package: {streaming.__file__}")
-    loader = StreamingDataLoader(
-        StreamingDataset(spec["uri"], num_splits=SPLITS),
-        batch_size=spec["batch"],
-        num_workers=spec["workers"],
-    )
-
-    epoch = [0]
-
-    def again() -> Iterator[Any]:
-        epoch[0] += 1
-        loader.set_epoch(epoch[0])
-        return iter(loader)
-
-    return loader, again
-
-
-def lance_torch(spec: dict[str, Any]) -> Made:
-    """``lance.torch.data.LanceDataset(uri, batch_size)``: unshuffled, fragments shared among
-    workers (``DataLoader(batch_size=None, num_workers=k)``, forkserver, when k > 0)."""
-    import torch.utils.data
-    from lance.torch.data import LanceDataset
-
-    options: dict[str, Any] = {} if spec["narrow"] else {"to_tensor_fn": lance_torch_wide}
-    if spec.get("blob"):
-        options = {"to_tensor_fn": LanceTorchBlobs(spec["uri"]), "with_row_id": True}
-    dataset = LanceDataset(spec["uri"], batch_size=spec["batch"], **options)
-    if not spec["workers"]:
-        return dataset, lambda: iter(dataset)
-    context = "forkserver"  # Lance warns that it is not fork-safe
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=None, num_workers=spec["workers"], multiprocessing_context=context
-    )
-    return loader, lambda: iter(loader)
-
-
-def lance_takes(spec: dict[str, Any]) -> Made:
-    """Raw Lance takes of shuffled 64-row blocks, 32 blocks a sorted take (Arrow only)."""
-    from benchmarks.cases.contenders import lance_block_takes
-    from benchmarks.harness.tables import TableRef
-
-    directory, name = os.path.split(spec["uri"])
-    table = TableRef(directory, name.removesuffix(".lance"), spec["rows"], spec["fragments"])
-    return _Restartable(lambda: lance_block_takes(table)), lambda: lance_block_takes(table)
-
-
-class _Restartable:
-    """An iterable whose ``iter`` calls ``make``."""
-
-    def __init__(self, make: Callable[[], Iterator[Any]]) -> None:
-        self.make = make
-
-    def __iter__(self) -> Iterator[Any]:
-        return self.make()
-
-
-def litdata_bytes(sample: dict[str, Any]) -> dict[str, Any]:
-    """litdata gives bytes back as a ``memoryview``, which ``default_collate`` takes for a
-    sequence (a batch of them comes out as one list per byte position): bytes again."""
-    return {key: bytes(value) if isinstance(value, memoryview) else value for key, value in sample.items()}
-
-
-def litdata_loader(spec: dict[str, Any]) -> Made:
-    """``litdata.StreamingDataLoader(litdata.StreamingDataset(dir, shuffle=True), batch_size, k)``."""
-    import litdata
-
-    dataset = litdata.StreamingDataset(spec["uri"], shuffle=True, transform=litdata_bytes)
-    loader = litdata.StreamingDataLoader(dataset, batch_size=spec["batch"], num_workers=spec["workers"])
-    return loader, lambda: iter(loader)
-
-
-def mosaic_loader(spec: dict[str, Any]) -> Made:
-    """mosaicml-streaming's ``StreamingDataset(local=dir, shuffle=True, batch_size)`` in a torch
-    ``DataLoader(batch_size, num_workers=k)``."""
-    import torch.utils.data
-
-    mosaic = mosaic_package()
-    mosaic.base.util.clean_stale_shared_memory()
-    dataset = mosaic.StreamingDataset(local=spec["uri"], shuffle=True, batch_size=spec["batch"])
-    loader = torch.utils.data.DataLoader(dataset, batch_size=spec["batch"], num_workers=spec["workers"])
-    return loader, lambda: iter(loader)
-
-
-CONTENDERS: dict[str, Callable[[dict[str, Any]], Made]] = {
-    "ours": ours,
-    "lance_torch": lance_torch,
-    "lance_takes": lance_takes,
-    "litdata": litdata_loader,
-    "mosaic": mosaic_loader,
-}
-
-PRELOAD = {
-    "ours": ("torch", "lance", "streaming.dataset.dataset", "streaming.loader.loader"),
-    "lance_torch": ("torch", "lance", "lance.torch.data"),
-    "lance_takes": ("lance", "pyarrow", "benchmarks.cases.contenders"),
-    "litdata": ("torch", "litdata"),
-    "mosaic": ("torch",),
-}
-"""What a trainer has imported before it builds its loader (not timed): for ours, what
-``from streaming import StreamingDataLoader, StreamingDataset`` loads (the package root
-imports its classes lazily, at that line of a trainer, not when the loader is built)."""
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -310,14 +116,34 @@ def _ids(batch: Any) -> np.ndarray:
 
 
 def _check_bytes(batch: Any, ids: np.ndarray, size: int) -> None:
-    """Each row's bytes: ``size`` of them, starting with the row's id."""
+    """Each row's bytes: ``size`` of them, starting with the row's id, one byte of each page read."""
     values = batch["img"]
     if len(values) != len(ids):
         raise RuntimeError(f"a batch of {len(ids)} ids has {len(values)} payloads")
+    if hasattr(values, "chunks"):  # Arrow (raw takes): the buffers, checked at once
+        _check_arrow_bytes(values, ids, size)
+        return
     for row, value in zip(ids.tolist(), values, strict=True):
-        data = bytes(value[:8]) if not isinstance(value, bytes) else value[:8]
-        if len(value) != size or int.from_bytes(data, "little") != row:
-            raise RuntimeError(f"row {row}: wrong bytes ({len(value)} bytes)")
+        data = np.frombuffer(value, np.uint8)
+        if len(data) != size or int.from_bytes(data[:8].tobytes(), "little") != row:
+            raise RuntimeError(f"row {row}: wrong bytes ({len(data)} bytes)")
+        int(data[::PAGE].sum())  # a trainer's use of the row: every page brought in
+
+
+def _check_arrow_bytes(column: Any, ids: np.ndarray, size: int) -> None:
+    """The same check on an Arrow binary column, from its offsets and values buffers."""
+    found = []
+    for chunk in column.chunks:
+        wide = str(chunk.type).startswith("large_")
+        offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)
+        offsets = offsets[chunk.offset : chunk.offset + len(chunk) + 1].astype(np.int64)
+        if len(chunk) and not np.all(np.diff(offsets) == size):
+            raise RuntimeError(f"an Arrow chunk has rows of other than {size} bytes")
+        values = np.frombuffer(chunk.buffers()[2], np.uint8)
+        heads = values[offsets[:-1, None] + np.arange(8)] if len(chunk) else np.zeros((0, 8), np.uint8)
+        found.append(np.ascontiguousarray(heads).view("<i8").reshape(-1))
+    if not np.array_equal(np.concatenate(found) if found else ids[:0], ids):
+        raise RuntimeError("an Arrow row's bytes do not start with its id")
 
 
 def _close(items: Any) -> None:
@@ -397,9 +223,9 @@ def _whole_epoch(items: Iterator[Any], spec: dict[str, Any]) -> bool:
 
 
 def _checked_ids(batch: Any, spec: dict[str, Any]) -> np.ndarray:
-    """A batch's ids, its wide rows' bytes checked (raw takes read Arrow only: not checked)."""
+    """A batch's ids, its wide rows' bytes checked."""
     ids = _ids(batch)
-    if spec["payload"] and spec["contender"] != "lance_takes":
+    if spec["payload"]:
         _check_bytes(batch, ids, spec["payload"])
     return ids
 

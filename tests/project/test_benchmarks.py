@@ -209,11 +209,11 @@ def test_blobs_benchmark_measures_three_stores_and_memory(tmp_path: Path) -> Non
 
 
 def test_widths_benchmark_checks_every_row_of_ours_and_lance_torch(tmp_path: Path) -> None:
-    """Tiny narrow and 100 KiB rows, k=0: ours and lance.torch each deliver every row once
-    (binary and blob tables, and the 100 KiB rows at twice the rows), the raw takes run, the
-    ratios are printed, and the peak RSS table compares the grown table's epoch with the 1x
-    table read twice (every row checked once in each epoch); litdata and mosaic, whose
-    environments are absent here (an empty cache folder), are reported as not installed."""
+    """Tiny narrow and 100 KiB rows, k=0: ours and lance.torch each deliver every row once (binary and blob
+    tables, and the 100 KiB rows at twice the rows), the raw takes run, the ratios are printed (the
+    raw takes also on the 100 KiB binary rows), and the peak RSS table compares the grown table's
+    epoch with the 1x table read twice (every row checked once in each epoch); litdata and mosaic,
+    whose environments are absent here (an empty cache folder), are reported as not installed."""
     args = ("--cases", "narrow,100k", "--narrow-rows", "2048", "--rows-100k", "48", "--workers", "0")
     args += ("--grow", "2")
     args += ("--work", str(tmp_path / "rows"))
@@ -222,11 +222,9 @@ def test_widths_benchmark_checks_every_row_of_ours_and_lance_torch(tmp_path: Pat
     runs = [line.split("|")[1:-1] for line in text.splitlines() if line.startswith(("| narrow", "| 100 KiB"))]
     measured = [(cells[0].strip(), cells[1].strip()) for cells in runs if len(cells) == 10]
     expected = [("narrow", "ours k=0"), ("narrow", "lance.torch k=0"), ("narrow", "raw takes")]
-    expected += [
-        (f"100 KiB, {store}", name)
-        for store in ("binary", "blob")
-        for name in ("ours k=0", "lance.torch k=0")
-    ]
+    expected += [("100 KiB, binary", "ours k=0"), ("100 KiB, binary", "lance.torch k=0")]
+    expected += [("100 KiB, binary", "raw takes")]
+    expected += [("100 KiB, blob", "ours k=0"), ("100 KiB, blob", "lance.torch k=0")]
     expected += [("100 KiB x2, binary", "ours k=0"), ("100 KiB x2, binary", "lance.torch k=0")]
     ran = [pair for pair in measured if pair[1].split()[0] in ("ours", "lance.torch", "raw")]
     assert ran == expected, measured
