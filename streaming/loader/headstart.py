@@ -93,7 +93,10 @@ class HeadStart:
         then raise the error that names it, as with any dead worker)."""
         if not self._ready.is_set():
             return False
-        if self._error is not None or self._board.all_waiting():
+        if self._error is not None:
+            return True
+        if self._board.all_waiting():  # every worker opened its queues: their names may go
+            _compat.forget_queue_names(self._batches)
             return True
         return not all(worker.is_alive() for worker in _compat.worker_processes(self._batches))
 

@@ -134,6 +134,10 @@ def test_a_worker_that_died_during_the_head_start_is_named_and_iter_continues_ex
     seen = [ids(next(iterator))]
     victim = iterator._shares._workers[1]  # the started DataLoader iterator's worker processes
     os.kill(victim.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while victim.is_alive():  # the death shows (a fork server reaps its children a moment later)
+        assert time.monotonic() < deadline, "the killed worker still looks alive"
+        threading.Event().wait(0.01)
     with pytest.raises(RuntimeError, match=rf"worker 1 \(pid {victim.pid}\) was killed by SIGKILL"):
         for batch in iterator:
             seen.append(ids(batch))

@@ -160,10 +160,12 @@ class Trial:
         return [[*common, f"--rank={rank}"] for rank in range(topology.world_size)]
 
     def kill_step(self, topology: Topology, resume: Checkpoint | None, kill: str | None = None) -> int:
-        """A random step of this run, drawn over about the steps the run has left (a worker's kill
-        over the first half: near the end the workers have delivered all they had)."""
+        """A random step of this run, drawn over the steps the run has left, before its last (a
+        worker's kill over the first half: near the end the workers have delivered all they had).
+        Never past the run's end, however far the killed run before it got: a kill drawn there
+        would never happen."""
         total = len(self.live) // self.splits * self.splits - (resume.committed if resume else 0)
-        left = -(-total // topology.world_size // topology.batch) + max(1, topology.workers)
+        left = total // topology.world_size // topology.batch
         left = left // 2 if kill == "worker" else left
         start = resume.step if resume else 0
         return start + int(self.rng.integers(1, max(2, left)))
