@@ -2,8 +2,9 @@
 
 Worker processes take a second or more to start (a fork server or a fresh
 interpreter, each worker's imports, its first read), while the trainer's process
-could already read. So a loader with workers starts them on a thread and, in the
-meantime, draws its batches in its own process exactly as with ``num_workers=0``.
+could already read. So a loader with workers draws its first batch in its own
+process exactly as with ``num_workers=0``, then starts the workers on a thread and,
+in the meantime, draws the next batches the same way.
 At the first batch boundary after the workers are up, it closes its own iterator
 (the cursor then stands after the last batch handed over) and posts that position
 on the board, one pipe per worker; every worker waits for it before it reads
@@ -61,6 +62,7 @@ class HeadStart:
         gathering: Gathering,
         workers: int,
         keep: bool,
+        abandon: Callable[[], None],
     ) -> None:
         self._own: Shares | PlainBatches | None = own
         self._own_iterator = own_iterator
@@ -74,10 +76,11 @@ class HeadStart:
         self._posted = False
         self._keep = keep  # persistent workers: the board lives on with them
         self._ready = threading.Event()
+        self._abandon = abandon
         self._thread = threading.Thread(
             target=self._start, args=(start_workers,), name="lance-streaming-start-workers", daemon=True
         )
-        self._thread.start()
+        self._launched = False  # the thread starts once the first batch is drawn
 
     def _start(self, start_workers: Callable[[], Iterator[Any]]) -> None:
         try:
@@ -86,6 +89,12 @@ class HeadStart:
             self._error = error
         finally:
             self._ready.set()
+
+    def _launch(self) -> None:
+        """Start the workers' thread (once)."""
+        if not self._launched:
+            self._launched = True
+            self._thread.start()
 
     def up(self) -> bool:
         """Whether the next batch boundary switches to the workers: they have started and
@@ -102,8 +111,9 @@ class HeadStart:
 
     def __getattr__(self, name: str) -> Any:
         """The started DataLoader iterator's attributes (its workers, queues), once started."""
-        if name.startswith("__") or name in {"_batches", "_thread", "_ready"}:
+        if name.startswith("__") or name in {"_batches", "_thread", "_ready", "_launched", "_abandon"}:
             raise AttributeError(name)
+        self._launch()
         self._thread.join()
         return getattr(self._batches, name)
 
@@ -121,9 +131,10 @@ class HeadStart:
         if self._own is not None and self.up():
             self._switch()
         if self._own is not None:
-            if isinstance(self._own, PlainBatches):
-                return self._own.next_batch()
-            return self._gathering.gather(self._own)
+            own = self._own
+            batch = own.next_batch() if isinstance(own, PlainBatches) else self._gathering.gather(own)
+            self._launch()  # after the first batch: its read never shares the cores with the start
+            return batch
         assert self._shares is not None
         return self._gathering.gather(self._shares)
 
@@ -143,6 +154,10 @@ class HeadStart:
     def started(self) -> Iterator[Any] | None:
         """The workers' DataLoader iterator once started (waits for the start), for its
         shutdown; workers still waiting for a position are told to stop first."""
+        if not self._launched:  # no batch was drawn: no worker was started
+            self._launched = True
+            self._abandon()
+            return None
         self._thread.join()
         if self._batches is not None and not self._posted:
             self._board.post_stop()
@@ -150,6 +165,6 @@ class HeadStart:
         return self._batches
 
     def close(self) -> None:
-        """After the workers' shutdown: close the board's pipes (kept workers keep them)."""
-        if not self._keep:
+        """After the workers' shutdown: close the board's pipes (kept workers that started keep them)."""
+        if not self._keep or self._batches is None:
             self._board.close()

@@ -188,6 +188,7 @@ class Launch:
             gathering=self._gathering,
             workers=self.num_workers,
             keep=keep,
+            abandon=shipping.close,
         )
         return ahead, None if keep else channel, own_iterator
 
