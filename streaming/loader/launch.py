@@ -78,7 +78,8 @@ class Launch:
         self._preload = chosen_here and _PRELOAD_HERE and context.get_start_method() == "forkserver"
         if self._preload and num_workers > 0:  # its imports overlap whatever runs before iter()
             _compat.forkserver_preload(context, PRELOAD)
-            multiprocessing.forkserver.ensure_running()
+            if not self._head_start:  # with one, it starts after the first batch: never beside its read
+                multiprocessing.forkserver.ensure_running()
         self._board: Board | None = None  # persistent_workers: the pipes to the kept workers
         self.framework_counts = False
 
