@@ -90,8 +90,10 @@ def balance(table: TableRef) -> dict[int, list[float]]:
 
 
 def report(first: dict[str, dict[str, dict[str, float]]], shares: dict[int, list[float]], args: Any) -> str:
+    facts = machine_facts()
     lines = [
-        f"`python -m benchmarks workerstart --repeats {args.repeats}` ({machine_facts()}; "
+        f"`python -m benchmarks workerstart --repeats {args.repeats}` ({facts['date']}, commit "
+        f"{facts['commit']}, {facts['cores']} cores, torch {facts['torch']}, pylance {facts['pylance']}; "
         f"load average {load_average()}): batches of {BATCH}, default settings (`num_splits=1`).",
         "",
         "| table | k=0 first batch (s) | k=2 first batch (s) | vs k=0 | target | "
