@@ -20,7 +20,7 @@ import numpy as np
 from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Lifecycle, Samples
-from ..core.options import as_epoch
+from ..core.optionchecks import as_epoch
 from ..core.progress import SplitProgress, WorkerReport
 from ..core.world import World
 from ..dataset.host import MixtureSource
@@ -337,7 +337,7 @@ class MixtureEngine:
         except ValueError as error:
             raise ValueError(f"source {name!r}: {error}") from None
         counts = [entry.samples for entry in progress]
-        if view.epoch != where.epoch or counts != split_counts(where.taken, data.num_splits):
+        if view.epoch != where.epoch or counts != split_counts(where.taken, view.plan.settings.num_splits):
             raise ValueError(
                 f"source {name!r}: its table state (epoch {view.epoch}) does not match its "
                 f"position (epoch {where.epoch}, {where.taken} samples taken); the checkpoint "
