@@ -89,9 +89,8 @@ class DatasetEngine(Positioned):
             self.supersede("iter(dataset)")
         if self._shares_windows(world):
             world = dataclasses.replace(world, parted=True)
-        splits = world.splits(self._rank_splits)
-        self._iterating = (world, tuple(splits))
-        stream = self._run(splits, world, for_loader=for_loader, shipped=self._side.shipped)
+        self._iterating = (world, tuple(world.splits(self._rank_splits)))
+        stream = self._run(world, for_loader=for_loader, shipped=self._side.shipped)
         iterator = Samples(stream, "iter(dataset)")
         self._lifecycle.live.hold(iterator)
         return iterator
@@ -109,15 +108,15 @@ class DatasetEngine(Positioned):
             and self._view.packing is None
         )
 
-    def _run(
-        self, splits: list[int], world: World, *, for_loader: bool, shipped: Shipped | None
-    ) -> Generator[Any, None, None]:
-        """The samples of ``splits`` from where the dataset stands at the first ``next()``
-        (for a loader: this process's share of every batch)."""
+    def _run(self, world: World, *, for_loader: bool, shipped: Shipped | None) -> Generator[Any, None, None]:
+        """The samples of ``world``'s splits from where the dataset stands at the first
+        ``next()`` (for a loader: this process's share of every batch)."""
         if not for_loader:  # a loader begins the iteration itself
             self.begin_iteration(stacklevel=5)
         if not self._side.resume(world, self.reset):  # the trainer's position now, if it posts one
             return
+        splits = world.splits(self._rank_splits)  # after a reset, which may have adopted another S
+        self._iterating = (world, tuple(splits))
         if self._options.endless and not for_loader:
             yield from self._endless(splits)
         elif shipped is not None:  # a StreamingDataLoader moves an endless dataset on

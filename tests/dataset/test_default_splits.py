@@ -157,3 +157,30 @@ def test_batches_smaller_than_the_default_splits_mix_the_table(tmp_path):
     ours = np.mean([len(set(batch.tolist())) for batch in batches])
     ratio = ours / np.mean([len(set(batch.tolist())) for batch in uniform])
     assert ratio >= 0.8, f"mixing ratio {ratio:.3f}"
+
+
+def test_persistent_workers_take_an_adopted_num_splits(tmp_path):
+    """A loader's kept workers (k=2) read a checkpoint of another S loaded between two
+    epochs' iterators: the rest of that checkpoint's plan, as k=0 gives it."""
+    uri = write(str(tmp_path / "t.lance"), 0, 5_000)
+    other = StreamingDataset(uri, num_splits=2, columns=["id"])
+    iterator = iter(StreamingDataLoader(other, batch_size=50))
+    first = [i for _ in range(3) for i in next(iterator)["id"].tolist()]
+    state = other.state_dict()
+    del iterator
+    expected = [int(sample["id"]) for sample in _resumed(uri, state, num_splits=2)]
+    data = StreamingDataset(uri, columns=["id"])
+    loader = StreamingDataLoader(
+        data, batch_size=50, num_workers=2, persistent_workers=True, head_start=False
+    )
+    assert data.num_splits == 4 and sum(len(batch["id"]) for batch in loader) == len(StreamingDataset(uri))
+    data.load_state_dict(state)
+    rest = [i for batch in loader for i in batch["id"].tolist()]
+    assert data.num_splits == 2 and rest == expected
+    assert len(set(first + rest)) == len(first + rest) == 2 * other.split_length
+
+
+def _resumed(uri: str, state: dict, **kwargs) -> StreamingDataset:
+    data = StreamingDataset(uri, columns=["id"], **kwargs)
+    data.load_state_dict(state)
+    return data
