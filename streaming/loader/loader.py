@@ -15,11 +15,11 @@ from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
 from ..workers import seeding
 from ..workers.shares import Gathering, single
-from ..workers.worker import ReportingCollate, WorkerInit
+from ..workers.worker import ReportingCollate
 from . import frameworks
 from .iterators import Committing
 from .launch import Launch
-from .settings import EpochSampler, check_picklable, checked_keywords, start_method
+from .settings import Build, EpochSampler, check_picklable, checked_keywords, start_method
 
 __all__ = ["StreamingDataLoader", "serves"]
 
@@ -135,6 +135,7 @@ class StreamingDataLoader(DataLoader[Any]):
     # Accelerator.prepare keeps this loader; save_state/load_state use its state_dict()
     _is_accelerate_prepared = frameworks.ACCELERATE_FLAGS["_is_accelerate_prepared"]
     use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
+    _workers: int  # ``num_workers``, set once by DataLoader's ``__init__``
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
         """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
@@ -170,38 +171,50 @@ class StreamingDataLoader(DataLoader[Any]):
     ) -> None:
         dataset = self._accept(dataset)
         given = checked_keywords(locals())  # DataLoader's keywords, checked; len_counts too
-        batch_size, num_workers = given["batch_size"], given["num_workers"]
-        columnar = self._columnar_for(
-            dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
-        )
-        chosen_here = num_workers > 0 and multiprocessing_context is None
-        if num_workers > 0:
-            given["multiprocessing_context"] = start_method(multiprocessing_context)
-        self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
-        collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
-        collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
-        torch_keywords: dict[str, Any] = {
-            **given,
-            "batch_size": None,  # each item is one process's share of a batch (``Share``)
-            "collate_fn": collate,
-            "drop_last": False,
-            "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
-        }
-        super().__init__(dataset, **torch_keywords)
-        settled = {"collate": collate, "finish": finish, "columnar": columnar, "here": chosen_here}
-        self._settle(dataset, given, head_start=bool(head_start), **settled)
-        self._len_counts = len_counts
+        build = self._prepare(dataset, given, head_start=bool(head_start), len_counts=len_counts)
+        super().__init__(dataset, **build.torch_keywords())
+        self._settle(dataset, build)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        """As torch refuses ``batch_size`` after construction, ``num_workers`` is refused too:
-        the loader checked the split ownership for it and hands it to its workers."""
-        if name == "num_workers" and "_launch" in self.__dict__ and value != self.num_workers:
+    @property
+    def num_workers(self) -> int:  # type: ignore[override]
+        """The worker count the loader was built with (torch's DataLoader reads it here)."""
+        return self._workers
+
+    @num_workers.setter
+    def num_workers(self, value: int) -> None:
+        """Set once, by DataLoader's ``__init__``. As torch refuses ``batch_size`` after
+        construction, another count is refused: each worker's splits were checked for it."""
+        if "_workers" in self.__dict__ and value != self._workers:
             raise ValueError(
-                f"num_workers is fixed when a StreamingDataLoader is built (it was {self.num_workers}, "
+                f"num_workers is fixed when a StreamingDataLoader is built (it was {self._workers}, "
                 f"got {value!r}): each worker's splits were checked for it; build a new "
                 f"StreamingDataLoader(dataset, num_workers={value!r}) instead"
             )
-        super().__setattr__(name, value)
+        self._workers = value
+
+    def _prepare(self, dataset: Any, given: dict[str, Any], *, head_start: bool, len_counts: str) -> Build:
+        """What is decided before DataLoader's ``__init__``: whether batches are columnar,
+        the start method (never fork), that the dataset serves the batch size and worker
+        count (``_fit``), and the collation."""
+        batch_size, num_workers, collate_fn = given["batch_size"], given["num_workers"], given["collate_fn"]
+        columnar = self._columnar_for(
+            dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=given["batch_sampler"]
+        )
+        chosen_here = num_workers > 0 and given["multiprocessing_context"] is None
+        if num_workers > 0:
+            given["multiprocessing_context"] = start_method(given["multiprocessing_context"])
+        self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
+        collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
+        collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
+        return Build(
+            given,
+            collate=collate,
+            finish=finish,
+            columnar=columnar,
+            chosen_here=chosen_here,
+            head_start=head_start,
+            len_counts=len_counts,
+        )
 
     def _collation(
         self, collate_fn: Callable[[Any], Any] | None, *, given: dict[str, Any], columnar: bool
@@ -218,28 +231,17 @@ class StreamingDataLoader(DataLoader[Any]):
         collate.raw = finish is not None
         return collate, finish
 
-    def _settle(
-        self,
-        dataset: Any,
-        given: dict[str, Any],
-        *,
-        collate: Any,
-        finish: Callable[[Any], Any] | None,
-        columnar: bool,
-        here: bool,
-        head_start: bool,
-    ) -> None:
+    def _settle(self, dataset: Any, build: Build) -> None:
         """After DataLoader's ``__init__``: the user's ``batch_size`` and ``drop_last``, the
-        epoch sampler, the engine, and the launch that starts and gathers the batches
-        (``here``: the start method was chosen by the loader, not the user; ``head_start``:
-        the user's keyword)."""
+        epoch sampler, the engine, and the launch that starts and gathers the batches."""
+        given = build.given
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", given["batch_size"])  # what the user asked for
         object.__setattr__(self, "drop_last", given["drop_last"])  # kept by the loader's iterator
         gathering = Gathering(
             batch_size=given["batch_size"] or 1,
             drop_last=given["drop_last"],
-            finish=finish,
+            finish=build.finish,
             pin=given["pin_memory"] and torch.cuda.is_available(),
             pin_device=given["pin_memory_device"] or None,
         )
@@ -248,15 +250,15 @@ class StreamingDataLoader(DataLoader[Any]):
         self._launch = Launch(
             self,
             self._host,
-            collate=collate,
+            collate=build.collate,
             gathering=gathering,
-            columnar=columnar,
-            chosen_here=here,
-            num_workers=given["num_workers"],
+            columnar=build.columnar,
+            chosen_here=build.chosen_here,
             persistent=given["persistent_workers"],
-            head_start=self._head_start and head_start and _untransformed(dataset),
+            head_start=self._head_start and build.head_start and _untransformed(dataset),
         )
-        self._columnar = columnar  # whole columnar batches (read by tests)
+        self._columnar = build.columnar  # whole columnar batches (read by tests)
+        self._len_counts = build.len_counts
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
 

@@ -11,17 +11,20 @@ import multiprocessing
 import numbers
 import operator
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import Sampler
 
 from ..dataset.host import LoaderHost
+from ..workers.worker import WorkerInit
 
 __all__ = [
     "DATALOADER_KEYWORDS",
     "LEN_COUNTS",
     "SAFE_METHODS",
+    "Build",
     "EpochSampler",
     "check_len_counts",
     "check_options",
@@ -53,6 +56,33 @@ DATALOADER_KEYWORDS = (
 )
 """The ``torch.utils.data.DataLoader`` keywords ``StreamingDataLoader`` takes (``dataset``
 aside) and hands on to it, changed where the loader needs to (``checked_keywords``)."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """How one loader is put together, decided before torch's ``DataLoader.__init__``."""
+
+    given: dict[str, Any]  # the DataLoader keywords, checked, with the start method chosen
+    collate: Any  # the DataLoader's collate_fn: one process's share, with its report
+    finish: Callable[[Any], Any] | None  # what the trainer finishes a whole batch with
+    columnar: bool  # the dataset may yield whole columnar batches
+    chosen_here: bool  # the loader chose the start method (not the user)
+    head_start: bool  # the user's keyword
+    len_counts: str  # the user's keyword (checked)
+
+    def torch_keywords(self) -> dict[str, Any]:
+        """What torch's ``DataLoader.__init__`` gets besides the dataset: each item is one
+        process's share of a batch, collated by ``collate``; batching and dropping are the
+        loader's own."""
+        workers = self.given["num_workers"]
+        init = self.given["worker_init_fn"]
+        return {
+            **self.given,
+            "batch_size": None,  # each item is one process's share of a batch (``Share``)
+            "collate_fn": self.collate,
+            "drop_last": False,
+            "worker_init_fn": WorkerInit(init) if workers > 0 else init,
+        }
 
 
 def start_method(context: Any) -> Any:
