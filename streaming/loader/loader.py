@@ -177,7 +177,10 @@ class StreamingDataLoader(DataLoader[Any]):
 
     @property
     def num_workers(self) -> int:  # type: ignore[override]
-        """The worker count the loader was built with (torch's DataLoader reads it here)."""
+        """The worker count the loader was built with (torch's DataLoader reads it here).
+
+        Fixed: setting another count raises ``ValueError`` (each worker's splits were
+        checked for this one); build a new loader instead."""
         return self._workers
 
     @num_workers.setter
