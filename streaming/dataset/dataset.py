@@ -13,6 +13,7 @@ from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
 from ..state.merge import merge_states
 from . import host
 from .build import build_engine
+from .engine import DatasetEngine
 from .observe import Described, Observed
 
 __all__ = ["StreamingDataset"]
@@ -216,6 +217,9 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return self._engine.describe_self()
+
+    def _engine_described(self) -> DatasetEngine:
+        return self._engine
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for a worker process: the engine (settings, snapshot, position; no handle)."""
