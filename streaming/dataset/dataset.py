@@ -1,4 +1,10 @@
-"""``StreamingDataset``: a Lance table as an elastic, exactly resumable IterableDataset."""
+"""``StreamingDataset``: a Lance table as an elastic, exactly resumable IterableDataset.
+
+One idea, the user's class: a facade whose every method forwards to its engine
+(``engine.DatasetEngine``) in a line or two. Most of this module is what a user reads:
+the class's docstring and the documented arguments of its constructor (two thirds of
+its lines), which ``docs/api.md`` renders; splitting it would split that page.
+"""
 
 from __future__ import annotations
 

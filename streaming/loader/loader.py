@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
 from ..core.lifecycle import Guarded
-from ..core.options import Options
 from ..dataset import host as hosts
-from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
 from ..workers import seeding
 from ..workers.shares import Gathering, single
@@ -19,59 +17,19 @@ from ..workers.worker import ReportingCollate
 from . import frameworks
 from .iterators import Committing
 from .launch import Launch
-from .settings import Build, EpochSampler, check_picklable, checked_keywords, start_method
+from .registry import served_by
+from .settings import (
+    Build,
+    EpochSampler,
+    check_dataset,
+    check_picklable,
+    checked_keywords,
+    options_of,
+    start_method,
+    untransformed,
+)
 
-__all__ = ["StreamingDataLoader", "serves"]
-
-_Loader = TypeVar("_Loader", bound="StreamingDataLoader")
-
-
-def _check_dataset(dataset: object) -> StreamingDataset:
-    if not isinstance(dataset, StreamingDataset):
-        raise TypeError(
-            f"StreamingDataLoader needs a streaming.StreamingDataset, got {type(dataset).__name__}; "
-            "use torch.utils.data.DataLoader for other datasets"
-        )
-    if type(dataset).__iter__ is not StreamingDataset.__iter__:
-        raise TypeError(
-            f"{type(dataset).__name__} overrides __iter__, so StreamingDataLoader cannot know "
-            "which samples reached the trainer; transform samples with transform= or "
-            "collate_fn= instead of overriding __iter__"
-        )
-    return dataset
-
-
-def _untransformed(dataset: object) -> bool:
-    """Whether ``dataset`` has no ``transform``: only then does the trainer draw the first
-    batches itself (a transform run there would draw from the trainer's own random
-    generators as many times as the start took, and take the trainer's CPU)."""
-    options = _options_of(dataset)
-    return options is not None and options.transform is None
-
-
-def _options_of(dataset: object) -> Options | None:
-    """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
-    return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
-
-
-_SERVED: dict[type, type[StreamingDataLoader]] = {}
-"""Loader classes for other iterables (a mixture's), registered with ``serves``."""
-
-
-def serves(kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
-    """Class decorator: ``StreamingDataLoader(x, ...)`` builds the decorated class when
-    ``x`` is a ``kind`` (same arguments); this module never imports it.
-
-    A registered class shares ``__init__`` and ``__iter__`` and overrides the hooks
-    ``_accept``, ``_engine_for``, ``_fit``, ``_columnar_for``, ``_collate_for`` and
-    ``_new_iterator`` where its iterable differs.
-    """
-
-    def register(loader: type[_Loader]) -> type[_Loader]:
-        _SERVED[kind] = loader
-        return loader
-
-    return register
+__all__ = ["StreamingDataLoader"]
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -140,11 +98,8 @@ class StreamingDataLoader(DataLoader[Any]):
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
         """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
         del args, kwargs
-        if cls is StreamingDataLoader:
-            for kind, loader in _SERVED.items():
-                if isinstance(dataset, kind):
-                    return super().__new__(loader)
-        return super().__new__(cls)
+        served = served_by(dataset) if cls is StreamingDataLoader else None
+        return super().__new__(cls if served is None else served)
 
     def __init__(
         self,
@@ -208,7 +163,7 @@ class StreamingDataLoader(DataLoader[Any]):
             given["multiprocessing_context"] = start_method(given["multiprocessing_context"])
         self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
         collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
-        collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
+        collate.transforming = seeding.transforming(options_of(dataset))  # for a seeding worker_init_fn
         return Build(
             given,
             collate=collate,
@@ -258,7 +213,7 @@ class StreamingDataLoader(DataLoader[Any]):
             columnar=build.columnar,
             chosen_here=build.chosen_here,
             persistent=given["persistent_workers"],
-            head_start=self._head_start and build.head_start and _untransformed(dataset),
+            head_start=self._head_start and build.head_start and untransformed(dataset),
         )
         self._columnar = build.columnar  # whole columnar batches (read by tests)
         self._len_counts = build.len_counts
@@ -270,7 +225,7 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def _accept(self, dataset: Any) -> Any:
         """The dataset, checked to be one this class iterates."""
-        return _check_dataset(dataset)
+        return check_dataset(dataset)
 
     def _engine_for(self, dataset: Any) -> LoaderHost:
         """The engine this loader iterates (see ``dataset.host``)."""

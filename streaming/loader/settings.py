@@ -1,8 +1,9 @@
-"""What a ``StreamingDataLoader`` checks of its arguments, and the sampler it installs.
+"""What a ``StreamingDataLoader`` checks of its arguments, how it is put together
+(``Build``), and the sampler it installs.
 
 Shared by the loader of a dataset and the loader of a mixture (``mixture/loader.py``):
-the start method (never fork), the refused DataLoader options, the counts, what
-``len()`` counts, and that the functions workers run can be pickled.
+the dataset, the start method (never fork), the refused DataLoader options, the counts,
+what ``len()`` counts, and that the functions workers run can be pickled.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
+from ..core.options import Options
+from ..dataset import host as hosts
+from ..dataset.dataset import StreamingDataset
 from ..dataset.host import LoaderHost
 from ..workers.worker import WorkerInit
 
@@ -26,12 +30,15 @@ __all__ = [
     "SAFE_METHODS",
     "Build",
     "EpochSampler",
+    "check_dataset",
     "check_len_counts",
     "check_options",
     "check_picklable",
     "checked_keywords",
     "checked_numbers",
+    "options_of",
     "start_method",
+    "untransformed",
 ]
 
 SAFE_METHODS = ("forkserver", "spawn")
@@ -184,6 +191,35 @@ def checked_keywords(values: Mapping[str, Any]) -> dict[str, Any]:
     check_options(in_order=given["in_order"], batch_size=given["batch_size"], drop_last=given["drop_last"])
     check_len_counts(values["len_counts"])
     return given
+
+
+def check_dataset(dataset: object) -> StreamingDataset:
+    """``dataset``, checked to be a ``StreamingDataset`` whose samples the loader can count."""
+    if not isinstance(dataset, StreamingDataset):
+        raise TypeError(
+            f"StreamingDataLoader needs a streaming.StreamingDataset, got {type(dataset).__name__}; "
+            "use torch.utils.data.DataLoader for other datasets"
+        )
+    if type(dataset).__iter__ is not StreamingDataset.__iter__:
+        raise TypeError(
+            f"{type(dataset).__name__} overrides __iter__, so StreamingDataLoader cannot know "
+            "which samples reached the trainer; transform samples with transform= or "
+            "collate_fn= instead of overriding __iter__"
+        )
+    return dataset
+
+
+def untransformed(dataset: object) -> bool:
+    """Whether ``dataset`` has no ``transform``: only then does the trainer draw the first
+    batches itself (a transform run there would draw from the trainer's own random
+    generators as many times as the start took, and take the trainer's CPU)."""
+    options = options_of(dataset)
+    return options is not None and options.transform is None
+
+
+def options_of(dataset: object) -> Options | None:
+    """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
+    return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
 
 
 def check_picklable(keyword: str, function: object) -> None:

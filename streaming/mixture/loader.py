@@ -19,7 +19,8 @@ from ..dataset.host import LoaderHost, MixtureHost
 from ..loader.headstart import HeadStart
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
-from ..loader.loader import StreamingDataLoader, serves
+from ..loader.loader import StreamingDataLoader
+from ..loader.registry import serves
 from ..workers.shares import Shares
 from .mixture import StreamingMixture
 

@@ -1,14 +1,11 @@
-"""Columnar batches: the batch ``default_collate`` would build, without row dicts.
+"""Columnar batches: which rows make each batch, cut as columns without row dicts.
 
 Inside a ``StreamingDataLoader`` with the default collate function and no
 ``transform``, the dataset yields whole batches as columns. A chunk takes the
 same number of rows from each owned split's window and interleaves their row
 indices in cycle order; batches are cut from consecutive chunks as index
-slices, and ``finish`` copies each numeric column's rows out of the read's
-storage with one gather per batch (the only copy after the read is converted).
-Numeric columns become tensors directly; every other column is handed to
-``default_collate`` as the list of values the per-row path would give it, so the
-result is identical to ``default_collate([row dicts])`` by construction.
+slices (per-column pieces), which ``collated.finish`` makes into the batch
+``default_collate`` would build.
 """
 
 from __future__ import annotations
@@ -21,42 +18,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core.progress import Cursor
-from . import spans
+from .collated import Gathered, vectorisable
 from .iterate import CHUNK_ROWS, lowest_level
-from .reader import SplitReaders, Window, WindowSource, open_readers
-from .rows import Rows, WideValues, gather
+from .reader import SplitReaders, open_readers
+from .rows import Rows
+from .window import Window, WindowSource
 
-__all__ = ["PartedBatch", "finish", "iterate_batches", "layout", "to_tensors", "wide_columns"]
-
-_VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
-_UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
-
-
-def _vectorisable(column: Any) -> bool:
-    return (
-        isinstance(column, np.ndarray)
-        and column.dtype.kind in _VECTOR_KINDS
-        and column.dtype not in _UNSUPPORTED
-        and column.dtype.isnative
-    )
-
-
-@dataclass(frozen=True)
-class _Gathered:
-    """Rows ``indices`` of a storage column: copied only when the batch is finished."""
-
-    column: Any
-    indices: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, part: slice) -> _Gathered:
-        return _Gathered(self.column, self.indices[part])
-
-    def values(self) -> Any:
-        """The rows themselves, freshly gathered."""
-        return gather(self.column, self.indices)
+__all__ = ["PartedBatch", "iterate_batches"]
 
 
 class PartedBatch(NamedTuple):
@@ -105,7 +73,7 @@ def _interleave(parts: list[Any], mine: np.ndarray | None = None) -> Any:
         return parts[0]
     if mine is not None:
         return _interleave_mine(parts, mine)
-    if all(_vectorisable(part) for part in parts) and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
+    if all(vectorisable(part) for part in parts) and len({(p.dtype, p.shape[1:]) for p in parts}) == 1:
         stacked = np.stack(parts, axis=1)
         return stacked.reshape(-1, *stacked.shape[2:])
     return [value for cycle in zip(*(list(part) for part in parts), strict=True) for value in cycle]
@@ -118,7 +86,7 @@ def _interleave_mine(parts: list[Any], mine: np.ndarray) -> Any:
     targets = [place[split::width][mine[split::width]] for split in range(width)]
     total = int(mine.sum())
     kinds = {(part.dtype, part.shape[1:]) for part in parts if isinstance(part, np.ndarray)}
-    if all(_vectorisable(part) for part in parts) and len(kinds) == 1:
+    if all(vectorisable(part) for part in parts) and len(kinds) == 1:
         dtype, shape = kinds.pop()
         out = np.empty((total, *shape), dtype=dtype)
         for part, target in zip(parts, targets, strict=True):
@@ -155,7 +123,7 @@ def _chunk(readers: SplitReaders, splits: list[int], *, limit: int) -> _Chunk:
             mine = indices >= 0
             indices = indices[mine]
         names = shared[0].names
-        columns = [_Gathered(column, indices) for column in shared[0].storage.columns]
+        columns = [Gathered(column, indices) for column in shared[0].storage.columns]
     else:  # splits at different windows (after a lagged resume): gather, then interleave
         rows = [window for window, _, _ in spans if isinstance(window, Rows)]
         if len(rows) != len(spans):
@@ -265,136 +233,3 @@ def iterate_batches(
             batch, slots = _cut(chunks, batch_size)
             _commit(cursor, chunks)
             yield batch if slots is None else PartedBatch(batch, slots)
-
-
-def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """The dtype and shape of each column ``finish`` makes a numpy array of, worked out
-    without copying a row (so a worker can hand ``finish`` the arrays to fill)."""
-    found: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
-    for name, parts in pieces.items():
-        wide = _wide(parts)
-        if wide is not None:  # packed: offsets, then the values (``spans``)
-            found[name] = (np.dtype(np.uint8), (spans.size(wide),))
-            continue
-        columns = [part.column if isinstance(part, _Gathered) else part for part in parts]
-        first: Any = columns[0] if columns else None
-        if not _vectorisable(first):
-            continue
-        kind = (first.dtype, first.shape[1:])
-        if all(
-            column is first or (_vectorisable(column) and (column.dtype, column.shape[1:]) == kind)
-            for column in columns
-        ):
-            found[name] = (first.dtype, (sum(len(part) for part in parts), *kind[1]))
-    return found
-
-
-def wide_columns(pieces: dict[str, list[Any]]) -> frozenset[str]:
-    """The columns ``layout`` packs (wide strings or binaries): their bytes vary by batch."""
-    return frozenset(name for name, parts in pieces.items() if _wide(parts) is not None)
-
-
-def _wide(parts: list[Any]) -> list[tuple[WideValues, np.ndarray]] | None:
-    """A column's pieces as (read column, rows) when all are wide values without nulls."""
-    if parts and all(
-        isinstance(part, _Gathered) and isinstance(part.column, WideValues) and part.column.packable
-        for part in parts
-    ):
-        return [(part.column, part.indices) for part in parts]
-    return None
-
-
-def finish(
-    pieces: dict[str, list[Any]], *, as_numpy: bool = False, out: dict[str, np.ndarray] | None = None
-) -> dict[str, Any]:
-    """The batch ``default_collate`` would make of these rows' dicts.
-
-    With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
-    them in the trainer): a worker process sends them through its shared-memory
-    slots (``transfer``) or its result pipe, both several times faster here than
-    torch's one shared-memory file per tensor. ``out`` holds arrays of ``layout``
-    to write columns into instead of new arrays (a worker's slot); the batch then
-    holds them, and a ``spans.Spans`` for each wide column packed there.
-    """
-    import torch  # here, not at the top: planning a table (the command line) never imports torch
-    from torch.utils.data import default_collate
-
-    batch: dict[str, Any] = {}
-    for name, parts in pieces.items():
-        if out is not None and name in out:
-            wide = _wide(parts)
-            batch[name] = _fill(parts, out[name]) if wide is None else spans.pack(wide, out[name])
-            continue
-        array = _gather_once(parts)
-        if array is None:
-            parts = [part.values() if isinstance(part, _Gathered) else part for part in parts]
-            if all(_vectorisable(part) for part in parts):
-                # a fresh, writable, contiguous copy, as default_collate gives
-                array = np.array(parts[0]) if len(parts) == 1 else np.concatenate(parts)
-        if array is not None:
-            batch[name] = array if as_numpy else torch.from_numpy(array)
-        else:
-            values = [value for part in parts for value in part]
-            try:
-                batch[name] = default_collate(values)
-            except (TypeError, RuntimeError) as error:
-                raise TypeError(_unbatchable(name, values, error)) from error
-    return batch
-
-
-def _gather_once(parts: list[Any]) -> np.ndarray | None:
-    """One fresh array of a numeric column whose pieces all gather from one storage column."""
-    first = parts[0]
-    if not isinstance(first, _Gathered) or not _vectorisable(first.column):
-        return None
-    if not all(isinstance(part, _Gathered) and part.column is first.column for part in parts):
-        return None
-    indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
-    result: np.ndarray = gather(first.column, indices)  # type: ignore[assignment]
-    return result
-
-
-def _fill(parts: list[Any], target: np.ndarray) -> np.ndarray:
-    """Write a numeric column's parts into ``target`` (of their ``layout``), one after another."""
-    first = parts[0]
-    if isinstance(first, _Gathered) and all(
-        isinstance(p, _Gathered) and p.column is first.column for p in parts
-    ):
-        indices = first.indices if len(parts) == 1 else np.concatenate([part.indices for part in parts])
-        if len(indices) and not 0 <= int(indices.min()) <= int(indices.max()) < len(first.column):
-            raise IndexError(f"rows {indices.min()}..{indices.max()} of a read of {len(first.column)} rows")
-        # checked above, so "clip" never clips: it writes straight into target, where
-        # "raise" would go through a buffer
-        np.take(first.column, indices, axis=0, out=target, mode="clip")
-        return target
-    row = 0
-    for part in parts:
-        values = part.values() if isinstance(part, _Gathered) else part
-        target[row : row + len(values)] = values
-        row += len(values)
-    return target
-
-
-def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """Turn the numpy columns of a ``finish(..., as_numpy=True)`` batch into tensors."""
-    import torch
-
-    return {
-        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-        for key, value in batch.items()
-    }
-
-
-def _unbatchable(name: str, values: list[Any], error: Exception) -> str:
-    """Why column ``name`` cannot be batched, and what to do instead."""
-    if any(value is None for value in values):
-        return (
-            f"column {name!r} has nulls, which default_collate cannot batch; skip them with "
-            f"filter='{name} IS NOT NULL', or fill them in a transform= or a collate_fn="
-        )
-    kinds = sorted({type(value).__name__ for value in values})
-    return (
-        f"column {name!r} holds values default_collate cannot batch ({', '.join(kinds)}: {error}); "
-        "convert them with transform= (called with each pyarrow.RecordBatch), pass a collate_fn=, "
-        "or leave the column out with columns="
-    )

@@ -22,8 +22,6 @@ with ``pack_sequences``.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import threading
 from collections.abc import Sequence
@@ -34,14 +32,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import source
+from . import blobhandle, source
+from .blobhandle import HandleType
 from .table import Table
 
 __all__ = [
     "BLOB_MODES",
-    "BlobHandle",
     "BlobRead",
-    "HandleType",
     "blob_columns",
     "check_columns",
     "read_rows",
@@ -53,8 +50,6 @@ BLOB_MODES = ("bytes", "handles")
 
 _BLOB_EXTENSION = "lance.blob.v2"
 _BLOB_METADATA = (b"lance-encoding:blob", b"true")
-_HANDLE_EXTENSION = "lance-streaming.blob-handle"
-_SNAPSHOTS: dict[tuple[str, int], source.Snapshot] = {}
 PART_ROWS = 64
 """Blobs one thread opens and reads at once (local tables)."""
 _SAMPLE_ROWS = 1_024
@@ -70,85 +65,6 @@ class BlobRead:
 
     columns: tuple[str, ...]
     handles: bool = False
-
-
-@dataclass(frozen=True)
-class BlobHandle:
-    """One blob of a pinned snapshot: opens a seekable file-like object where it is used.
-
-    Picklable and small (no Lance handle, no credentials): a transform in a worker
-    process opens it there. ``open()`` reads nothing of the blob itself; each
-    ``read``/``seek`` of the returned ``lance.BlobFile`` reads only what it asks for
-    (plus a read-ahead of at most ``buffer_size`` bytes), so seeking to a frame of a
-    long video never reads the whole file.
-
-    Attributes:
-        uri: The table's URI.
-        version: The pinned version the blob belongs to.
-        column: The blob column.
-        index: The row's index among the snapshot's live rows.
-        size: The blob's length in bytes.
-    """
-
-    uri: str
-    version: int
-    column: str
-    index: int
-    size: int
-
-    def open(self, *, buffer_size: int = 512 * 1024) -> Any:
-        """A ``lance.BlobFile`` (``read``, ``seek``, ``tell``, ``size``; a context manager).
-
-        Args:
-            buffer_size: Sequential read-ahead in bytes (0: none).
-        """
-        source.check_fork_safety()
-        snapshot = _SNAPSHOTS.get((self.uri, self.version)) or source.Snapshot(self.uri, self.version)
-        dataset = source.open_snapshot(snapshot)
-        return dataset.take_blobs(self.column, indices=[self.index], buffer_size=buffer_size)[0]
-
-    def read(self) -> bytes:
-        """The whole blob."""
-        with self.open() as blob:
-            data: bytes = blob.read()
-            return data
-
-
-class _HandleScalar(pa.ExtensionScalar):  # type: ignore[misc]
-    def as_py(self, **_: Any) -> BlobHandle | None:
-        value = self.value
-        if value is None:
-            return None
-        uri, version, column = self.type.where
-        return BlobHandle(uri, version, column, int(value["index"].as_py()), int(value["size"].as_py()))
-
-
-class HandleType(pa.ExtensionType):  # type: ignore[misc]
-    """The Arrow type of a blob column read as handles: each value's ``as_py()`` is a
-    ``BlobHandle`` (what a ``transform`` gets from ``batch.column(name).to_pylist()``)."""
-
-    def __init__(self, uri: str, version: int, column: str) -> None:
-        self.where = (uri, int(version), column)
-        storage = pa.struct([("index", pa.uint64()), ("size", pa.uint64())])
-        super().__init__(storage, _HANDLE_EXTENSION)
-
-    def __arrow_ext_serialize__(self) -> bytes:
-        return json.dumps(self.where).encode()
-
-    @classmethod
-    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> HandleType:
-        uri, version, column = json.loads(serialized)
-        return cls(uri, version, column)
-
-    def __arrow_ext_scalar_class__(self) -> type[pa.ExtensionScalar]:
-        return _HandleScalar
-
-    def __reduce__(self) -> tuple[Any, tuple[str, int, str]]:
-        return (HandleType, self.where)
-
-
-with contextlib.suppress(pa.ArrowKeyError):  # registered already in this process
-    pa.register_extension_type(HandleType("", 0, ""))
 
 
 def _is_blob(field: pa.Field) -> bool:
@@ -208,7 +124,7 @@ def check_columns(
             f"pack_sequences packs a column of token ids, but column {found[0]!r} is a blob column "
             f"({schema.field(found[0]).type}); pack a list-of-integers column, with columns=[<token column>]"
         )
-    _SNAPSHOTS[(snapshot.uri, snapshot.version)] = snapshot
+    blobhandle.remember(snapshot, replace=True)
     return BlobRead(found, handles=mode == "handles")
 
 
@@ -342,7 +258,7 @@ def read_rows(
     ``executor``'s threads when ``take_rows`` > 0 (a local table's profile), else in
     one batched Lance read (see ``_read_blobs``).
     """
-    _SNAPSHOTS.setdefault((snapshot.uri, snapshot.version), snapshot)
+    blobhandle.remember(snapshot, replace=False)
     dataset = source.open_snapshot(snapshot)
     indices = _indices(_starts(dataset, snapshot), pieces, filter_index)
     plain = [name for name in columns if name not in blobs.columns]

@@ -6,7 +6,8 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from ..core.progress import Cursor, Passed
-from .reader import SplitReaders, WindowSource, open_readers
+from .reader import SplitReaders, open_readers
+from .window import WindowSource
 
 __all__ = ["CHUNK_ROWS", "iterate_cycles", "lowest_level"]
 

@@ -25,8 +25,9 @@ import numpy as np
 from ..core.progress import Anchor, Cursor
 from ..errors import PackingEstimateWarning
 from .iterate import lowest_level
-from .reader import SplitReaders, WindowSource, open_readers
+from .reader import SplitReaders, open_readers
 from .table import Table
+from .window import WindowSource
 
 __all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]
 

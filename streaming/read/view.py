@@ -21,8 +21,8 @@ from .assemble import iterate_batches
 from .blobs import BlobRead
 from .iterate import iterate_cycles
 from .packing import Packing, iterate_blocks, packing_for
-from .reader import WindowSource
 from .table import Table
+from .window import WindowSource
 
 __all__ = ["TableView", "open_view", "plan_settings"]
 

@@ -60,7 +60,7 @@ class Share:
     """One process's share of one loader batch.
 
     ``items`` is a list of samples, or (``columnar``) per-column pieces for
-    ``read.assemble.finish``; ``slots`` says where each of them goes in the batch
+    ``read.collated.finish``; ``slots`` says where each of them goes in the batch
     of ``size`` samples. ``count`` is ``len(slots)``; 0 for a process with no
     sample in this batch.
     """

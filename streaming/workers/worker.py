@@ -74,7 +74,7 @@ class SentShare:
             return byvalue.unpack(self.batch)
         if not self.numpy:
             return self.batch
-        from ..read.assemble import to_tensors
+        from ..read.collated import to_tensors
 
         batch = self.batch
         if self.parcel is not None:
@@ -189,7 +189,7 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
-        from ..read.assemble import finish, layout, to_tensors, wide_columns
+        from ..read.collated import finish, layout, to_tensors, wide_columns
         from ..read.spans import Spans
 
         if not world.in_worker:

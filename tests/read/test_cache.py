@@ -31,7 +31,7 @@ from streaming import CacheUnusedWarning, StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
 from streaming.core.cachesettings import CACHE_DIR_ENV, CACHE_LIMIT_ENV, CacheSettings, cache_settings
 from streaming.read import diskcache
-from streaming.read.cached import FILL_USER_AGENT
+from streaming.read.snapshotcache import FILL_USER_AGENT
 
 from helpers import json_roundtrip
 from launching import PROCS, free_port

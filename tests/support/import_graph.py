@@ -61,7 +61,7 @@ PRIVATE_MEMBERS_ALLOWED = {
     ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
     ("read/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
     (
-        "read/cached.py",
+        "read/snapshotcache.py",
         "handle._ds",
     ): "pylance's; the pinned version's manifest bytes, which lance.LanceDataset(serialized_manifest=) "
     "takes back (pylance's own pickling reads them the same way)",
