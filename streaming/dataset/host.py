@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..core.options import Options
     from ..core.progress import Mark, SplitProgress, WorkerReport
     from ..core.stats import Counters, Waits
-    from ..read.view import TableView
+    from ..samples.view import TableView
     from ..state.format import StreamState
     from ..workers.board import Board
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..core.options import Options
     from ..core.plan import EpochPlan
-    from ..read.view import TableView
+    from ..samples.view import TableView
 
 __all__ = ["Described", "Describing", "Observed"]
 

@@ -20,10 +20,10 @@ from ..core.options import Options
 from ..core.order import RankOrder, ShareSlots
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
 from ..core.world import World
-from ..read import source
-from ..read.view import TableView, open_view
+from ..samples.view import TableView, open_view
 from ..state.compat import check_compatible
 from ..state.format import StreamState
+from ..tables import source
 from .observe import Described
 from .topology import agree
 

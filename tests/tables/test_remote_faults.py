@@ -1,6 +1,6 @@
 """Remote tables under faults and deletions, against the stand-in server in its own process.
 
-Every fault ends one of two ways (``streaming/read/remoteretry.py``): retried and exact
+Every fault ends one of two ways (``streaming/tables/remoteretry.py``): retried and exact
 (every row once), or a clear error naming the fix with a state that resumes exactly.
 Deleted rows never make a take cost offsets x rows: every take is by row id.
 """
@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset
-from streaming.read import remote
-from streaming.read.remoteretry import BUDGET_VARIABLE
+from streaming.tables import remote
+from streaming.tables.remoteretry import BUDGET_VARIABLE
 from streaming.testing import FAST_RETRIES, LanceDBStandIn
 
 from helpers import LogToFolder, ids_of, json_roundtrip, table_data

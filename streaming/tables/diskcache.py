@@ -23,8 +23,8 @@ of the entry (a *hold*), so eviction, which removes only entries no process hold
 (link count 1), never pulls a file from under a read. Holds of a process that died
 are removed with its ``pins/TOKEN`` folder by the next process that looks.
 
-The locks, claims and scans live in ``read/cachefs.py``; what the command line
-shows (``usage``, ``clear``) in ``read/cacheusage.py``, importable from here too.
+The locks, claims and scans live in ``tables/cachefs.py``; what the command line
+shows (``usage``, ``clear``) in ``tables/cacheusage.py``, importable from here too.
 
 No Lance here: only the file system.
 """

@@ -58,7 +58,7 @@ _LOCK = threading.Lock()
 
 
 class BucketTable(Table, Protocol):
-    """What the cache reads of a bucket's ``LanceTable`` (``read/lancetable.py``): a
+    """What the cache reads of a bucket's ``LanceTable`` (``tables/lancetable.py``): a
     ``Table`` with its ``lance.LanceDataset`` and storage options (declared here, so
     that the cache imports only the protocol)."""
 

@@ -1,4 +1,4 @@
-"""The retry policy of ``read/remoteretry.py``, on lancedb's own error classes and texts.
+"""The retry policy of ``tables/remoteretry.py``, on lancedb's own error classes and texts.
 
 Every transport failure lancedb 0.40's client raises is retried (its ``RetryError``, and the
 same text as a plain ``RuntimeError``, which a table opened at a version raises; an ``OSError``
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from lancedb.remote.errors import HttpError, RetryError
 
-from streaming.read.remoteretry import (
+from streaming.tables.remoteretry import (
     BUDGET_VARIABLE,
     FINAL,
     POLICY,

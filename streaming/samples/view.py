@@ -16,12 +16,13 @@ from ..core.options import Options
 from ..core.plan import EpochPlan, Part, PlanSettings, window_rows_for
 from ..core.progress import Cursor
 from ..core.stats import Counters
-from . import blobs, source
+from ..tables import source
+from ..tables.table import Table
+from . import blobs
 from .assemble import iterate_batches
 from .blobs import BlobRead
 from .iterate import iterate_cycles
 from .packing import Packing, iterate_blocks, packing_for
-from .table import Table
 from .window import WindowSource
 
 __all__ = ["TableView", "open_view", "plan_settings"]

@@ -4,7 +4,7 @@ A LanceDB server takes rows by offset (``take_offsets``) or by row id
 (``take_row_ids``). By offset, Lance's engine walks a fragment with deleted rows
 once per offset asked: 8,192 offsets of a table with 1% of its rows deleted cost
 seconds, not milliseconds. By row id the cost does not depend on deletions. So
-``read/remote.py`` plans by offset (the plan never changes) and takes by row id:
+``tables/remote.py`` plans by offset (the plan never changes) and takes by row id:
 the first read of a virtual fragment asks the server once for the row ids of its
 offsets (one narrow query, ``_rowid`` of ``FRAGMENT_ROWS`` rows from the
 fragment's first offset, 8 bytes a row on the wire), and keeps them as runs of

@@ -29,7 +29,7 @@ from streaming import (
     StreamingDataset,
     StreamingMixture,
 )
-from streaming.read import remote
+from streaming.tables import remote
 from streaming.testing import FAST_RETRIES, LanceDBStandIn
 
 from helpers import check_resume_everywhere, ids_of, json_roundtrip, plain_transform, table_data, take

@@ -1,6 +1,6 @@
 """Reading a table in a bucket through the local cache (``cache_dir=``): ``CachedTable``.
 
-``CachedTable`` is the ``Table`` (``read/table.py``) of this way of reading: a
+``CachedTable`` is the ``Table`` (``tables/table.py``) of this way of reading: a
 bucket's ``LanceTable`` gives it from ``through_cache`` when the dataset has a cache.
 A fragment whose files (data files and deletion file) are all in the cache is read
 with a local Lance handle of the same version: the same manifest (serialized from

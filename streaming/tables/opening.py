@@ -2,7 +2,7 @@
 
 ``open_table`` turns what the user passed (a LanceDB table, embedded or on a
 LanceDB server, a ``lance.LanceDataset`` or a URI) into a ``Snapshot`` and this
-process's ``Table`` (``read/table.py``): a ``LanceTable`` for a Lance table on local
+process's ``Table`` (``tables/table.py``): a ``LanceTable`` for a Lance table on local
 disk or in a bucket, a ``RemoteSnapshot`` for a table of a LanceDB server. Nothing
 else asks which kind a table is: the ``Table`` answers.
 
@@ -57,7 +57,7 @@ class Snapshot:
     table_name: str | None = field(default=None, compare=False)
     connection_factory: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
     remote: remote.Connection | None = field(default=None, repr=False, compare=False)
-    """How to reach a table on a LanceDB server (``read/remote.py``); None for a Lance table.
+    """How to reach a table on a LanceDB server (``tables/remote.py``); None for a Lance table.
 
     The one mark of a snapshot's kind: ``open_snapshot`` and ``latest_version`` read it."""
 
@@ -159,7 +159,7 @@ def open_table(
     process's ``Table`` of it. The snapshot takes the user's ``storage_options``, else
     those the Lance handle was opened with (``chosen_options``); a handle opened with
     other options is opened again with the snapshot's, so that every reader of the table
-    uses the same. A table on a LanceDB server (``read/remote.py``) is pinned by its
+    uses the same. A table on a LanceDB server (``tables/remote.py``) is pinned by its
     version on the server.
     """
     mark_used()

@@ -16,7 +16,8 @@ from ..core.cachesettings import CacheSettings
 from ..core.plan import EpochPlan, Part
 from ..core.profiles import PROFILES
 from ..core.stats import Counters, timed
-from . import blobs, source
+from ..tables import source
+from . import blobs
 from .blobs import BlobRead
 from .planahead import PlanAhead
 from .rows import Rows
@@ -45,9 +46,9 @@ class WindowSource:
     transform_rng: bool = False
     rng_salt: tuple[int, ...] = ()  # a mixture's source: the digest of its name
     take_rows: int = PROFILES["local"].take_rows  # offsets per parallel take (0: one per fragment)
-    cache: CacheSettings | None = None  # the local cache of a table in a bucket (see read/cached.py)
-    blobs: BlobRead | None = None  # the blob columns and how they are delivered (see read/blobs.py)
-    ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see read/planahead.py
+    cache: CacheSettings | None = None  # the local cache of a table in a bucket (see tables/cached.py)
+    blobs: BlobRead | None = None  # the blob columns and how they are delivered (see samples/blobs.py)
+    ahead: PlanAhead = field(default_factory=PlanAhead, compare=False, repr=False)  # see samples/planahead.py
     part: Part | None = None  # one of several processes reading these windows together (core.plan.Part)
 
     def transformer(self, executor: Executor) -> Transformer | None:

@@ -1,8 +1,8 @@
 """Lance reads: fragment metadata, filter indexes, rows by fragment and offset.
 
-Each function reads a ``Table`` (``read/table.py``), whatever its kind (a
+Each function reads a ``Table`` (``tables/table.py``), whatever its kind (a
 ``lance.LanceDataset`` as it is, too). Opening tables and snapshots lives in
-``read/opening.py`` and version tags in ``read/tags.py``; their names are importable
+``tables/opening.py`` and version tags in ``tables/tags.py``; their names are importable
 from here too, so the rest of the package asks this module what it asks of a table.
 """
 

@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from . import blobhandle, source
+from ..tables import source
+from ..tables.table import Table
+from . import blobhandle
 from .blobhandle import HandleType
-from .table import Table
 
 __all__ = [
     "BLOB_MODES",

@@ -1,8 +1,8 @@
-"""A Lance table on local disk or in a bucket, as a ``Table`` (``read/table.py``).
+"""A Lance table on local disk or in a bucket, as a ``Table`` (``tables/table.py``).
 
 ``LanceTable`` holds this process's ``lance.LanceDataset`` at the pinned version and
 answers what the reader asks of it, by asking Lance. Its kind comes from the URI's
-scheme (``core/uris.py`` ``kind_of``), once, when ``read/opening.py`` opens it:
+scheme (``core/uris.py`` ``kind_of``), once, when ``tables/opening.py`` opens it:
 ``"local"`` for a path, ``file://`` or ``memory://``, ``"bucket"`` for any object store
 (``s3://``, ``gs://``, ``az://``, ...), which is the kind the local cache serves
 (``through_cache``).
@@ -115,7 +115,7 @@ class LanceTable:
         """Itself on local disk; in a bucket, through the local cache when ``settings`` names one."""
         if settings is None or self.kind != "bucket":
             return self
-        from . import cached  # not at import: read/cached.py reads a LanceTable
+        from . import cached  # not at import: tables/cached.py reads a LanceTable
 
         return cached.reading(self, settings, counters)
 

@@ -1,6 +1,6 @@
 """What happens when a LanceDB server fails a request: the retry policy, in one place.
 
-Every request this package sends to a LanceDB server (``read/remote.py``) goes
+Every request this package sends to a LanceDB server (``tables/remote.py``) goes
 through ``call``. A failure is either *retried* (the request is sent again after a
 wait; a take is idempotent and its rows are used only once the whole answer
 arrived and was checked, so nothing is lost or repeated) or *final* (raised at once,

@@ -1,10 +1,10 @@
 """The disk cache's file-system side: folders, locks, claims, scans and leftovers.
 
-What ``read/diskcache.py`` builds its guarantees on: an exclusive ``claim`` (one
+What ``tables/diskcache.py`` builds its guarantees on: an exclusive ``claim`` (one
 filler per entry over every process of the machine), a waiting lock (one eviction
 at a time), a ``scan`` of the complete entries and the bytes fills in progress
 reserved, and ``reap_dead``, which removes what processes that ended left. The
-folder layout is drawn in ``read/diskcache.py``.
+folder layout is drawn in ``tables/diskcache.py``.
 
 No Lance here: only the file system.
 """

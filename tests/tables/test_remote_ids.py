@@ -1,4 +1,4 @@
-"""The row ids of a remote snapshot's virtual fragments, kept as runs (``streaming/read/remoteids.py``)."""
+"""The row ids of a remote snapshot's virtual fragments, kept as runs (``streaming/tables/remoteids.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streaming.read.remoteids import RowIdCache, RowIds
+from streaming.tables.remoteids import RowIdCache, RowIds
 
 
 @settings(max_examples=200, deadline=None)

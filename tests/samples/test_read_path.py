@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import default_collate
 
 from streaming import StreamingDataLoader, StreamingDataset
-from streaming.read import source
-from streaming.read.rows import Rows
+from streaming.samples.rows import Rows
+from streaming.tables import source
 
 from helpers import json_roundtrip, make_table
 

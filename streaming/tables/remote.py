@@ -6,12 +6,12 @@ have fixed offsets 0 .. N-1, so this module presents them as *virtual fragments*
 consecutive runs of ``FRAGMENT_ROWS`` offsets: the plan (shuffled fragment order,
 rotation, blocks, windows) is the one a Lance table of that shape gets. A block
 read is one take by row id (``take_row_ids``) of the rows at its offsets; a
-fragment's row ids are asked once, on its first read (``read/remoteids.py``): by
+fragment's row ids are asked once, on its first read (``tables/remoteids.py``): by
 offset, a server's take costs offsets x rows in a fragment with deleted rows.
 Start-up costs one ``count_rows`` and one ``describe`` whatever the table's size.
 A filter costs one narrow query (the matching rows' offsets, once).
 
-``RemoteSnapshot`` is the ``Table`` (``read/table.py``) of this kind, ``"remote"``:
+``RemoteSnapshot`` is the ``Table`` (``tables/table.py``) of this kind, ``"remote"``:
 it answers what the reader asks of any table (``version``, ``schema``,
 ``get_fragments``, ``get_fragment(id).take``, ``scanner`` for a filter, ``to_table``,
 ``tags``), so no other module knows which kind of table it reads. ``Connection`` is
@@ -19,7 +19,7 @@ what travels to other processes: lancedb's serialized connection (it holds the A
 key) lives only in memory, out of every ``repr``, state and message; each process
 opens its own client from it.
 
-Every request goes through ``read/remoteretry.py``, the one place that says which
+Every request goes through ``tables/remoteretry.py``, the one place that says which
 failures are retried and which are final.
 """
 
@@ -225,7 +225,7 @@ class RemoteSnapshot:
         return self.table.tags
 
     def read_blobs(self, column: str, *, indices: Any, preserve_order: bool) -> Any:
-        """Never called: ``reads_blobs`` is False (``read/blobs.py`` refuses the column first)."""
+        """Never called: ``reads_blobs`` is False (``samples/blobs.py`` refuses the column first)."""
         raise TypeError(f"blob column {column!r} of {self.uri!r} is not read through a LanceDB server")
 
     def take_blobs(self, column: str, *, indices: Any, buffer_size: int | None = None) -> Any:

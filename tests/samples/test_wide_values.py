@@ -1,4 +1,4 @@
-"""Wide strings and binaries stay Arrow until their rows are gathered (read/rows.py)."""
+"""Wide strings and binaries stay Arrow until their rows are gathered (samples/rows.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.read.rows import WIDE_VALUE_BYTES, Rows, WideValues, gather
+from streaming.samples.rows import WIDE_VALUE_BYTES, Rows, WideValues, gather
 
 
 def _chunked(values: list[bytes | None], cuts: list[int]) -> pa.ChunkedArray:

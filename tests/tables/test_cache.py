@@ -30,8 +30,8 @@ from benchmarks.harness.tables import wide_chunk
 from streaming import CacheUnusedWarning, StreamingDataLoader, StreamingDataset
 from streaming.cli import main as cli
 from streaming.core.cachesettings import CACHE_DIR_ENV, CACHE_LIMIT_ENV, CacheSettings, cache_settings
-from streaming.read import diskcache
-from streaming.read.snapshotcache import FILL_USER_AGENT
+from streaming.tables import diskcache
+from streaming.tables.snapshotcache import FILL_USER_AGENT
 
 from helpers import json_roundtrip
 from launching import PROCS, free_port

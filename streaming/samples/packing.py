@@ -24,9 +24,9 @@ import numpy as np
 
 from ..core.progress import Anchor, Cursor
 from ..errors import PackingEstimateWarning
+from ..tables.table import Table
 from .iterate import lowest_level
 from .reader import SplitReaders, open_readers
-from .table import Table
 from .window import WindowSource
 
 __all__ = ["Packing", "estimate_blocks", "iterate_blocks", "packing_for"]
@@ -56,7 +56,7 @@ def packing_for(options: Any, handle: Table, columns: Sequence[str], planned_row
     Raises:
         ValueError: packing without exactly one integer-list column.
     """
-    from . import source
+    from ..tables import source
 
     if options.pack_sequences is None:
         return None
@@ -76,7 +76,7 @@ def packing_for(options: Any, handle: Table, columns: Sequence[str], planned_row
 
 def _check_token_column(handle: Table, columns: Sequence[str]) -> None:
     """Packing reads exactly one column, of integer lists (variable or fixed size)."""
-    from . import source
+    from ..tables import source
 
     if len(columns) != 1:
         raise ValueError(

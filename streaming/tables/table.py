@@ -2,22 +2,22 @@
 
 Three kinds of table are read, each by one class that implements ``Table``:
 
-- ``LanceTable`` (``read/lancetable.py``): a Lance table on local disk (kind
+- ``LanceTable`` (``tables/lancetable.py``): a Lance table on local disk (kind
   ``"local"``) or on object storage, in a *bucket* (kind ``"bucket"``: ``s3://``,
   ``gs://``, ``az://``, ...);
-- ``RemoteSnapshot`` (``read/remote.py``): a table of a LanceDB server (kind
+- ``RemoteSnapshot`` (``tables/remote.py``): a table of a LanceDB server (kind
   ``"remote"``, ``db://``; "remote" names a LanceDB server and nothing else), its
   rows presented as virtual fragments of row offsets;
-- ``CachedTable`` (``read/cached.py``): a bucket table read through the local cache
+- ``CachedTable`` (``tables/cached.py``): a bucket table read through the local cache
   (``cache_dir=``): the same rows, from local copies of its files once they are there.
 
-``read/opening.py`` chooses the class once, where it opens the user's table (or a
+``tables/opening.py`` chooses the class once, where it opens the user's table (or a
 ``Snapshot`` in another process); ``Table.through_cache`` puts the cache in front of
 a table that can have one. Every other module asks the ``Table`` it is given, never
 which class it is, what its URI looks like or which client made it.
 
 The members are the part of ``lance.LanceDataset`` the reader uses (so the read
-functions of ``read/source.py`` take a ``lance.LanceDataset`` as it is, too), and
+functions of ``tables/source.py`` take a ``lance.LanceDataset`` as it is, too), and
 what tells the kinds apart: ``kind``, ``reads_blobs``, ``through_cache`` and
 ``read_requests``.
 
@@ -71,7 +71,7 @@ class Fragment(Protocol):
 
 
 class Table(Protocol):
-    """One version of a table, opened by this process: everything ``read/`` reads of it.
+    """One version of a table, opened by this process: everything ``samples/`` reads of it.
 
     Never travels between processes (a ``Snapshot`` does, and each process opens its
     own ``Table`` from it). Every read answers for the pinned ``version`` only.
@@ -127,7 +127,7 @@ class Table(Protocol):
 
     def through_cache(self, settings: CacheSettings | None, counters: Counters) -> Table:
         """The table to read rows through: its local cache under ``settings`` when it can
-        have one (``read/cached.py``), else itself."""
+        have one (``tables/cached.py``), else itself."""
 
     def read_requests(self) -> int | None:
         """Read requests this process's handle has sent so far (``None``: not counted)."""

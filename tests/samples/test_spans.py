@@ -1,4 +1,4 @@
-"""Wide strings and binaries packed into one byte array and back (read/spans.py)."""
+"""Wide strings and binaries packed into one byte array and back (samples/spans.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.read import spans
-from streaming.read.rows import WIDE_VALUE_BYTES, WideValues
+from streaming.samples import spans
+from streaming.samples.rows import WIDE_VALUE_BYTES, WideValues
 
 TYPES = {
     "binary": pa.binary(),

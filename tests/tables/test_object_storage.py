@@ -18,7 +18,7 @@ from moto_s3 import s3_server
 
 from streaming import SnapshotGoneError, StreamingDataLoader, StreamingDataset, TableMovedWarning
 from streaming.core.profiles import PROFILES, sized
-from streaming.read import source
+from streaming.tables import source
 
 from helpers import ids_of, json_roundtrip, table_data, take
 

@@ -1,4 +1,4 @@
-"""A read's plan worked out ahead (``read/planahead.py``) is the plan the read would compute."""
+"""A read's plan worked out ahead (``samples/planahead.py``) is the plan the read would compute."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from streaming.core.plan import EpochPlan, PlanSettings
-from streaming.read.planahead import PlanAhead
+from streaming.samples.planahead import PlanAhead
 
 
 def make_plan(*, epoch: int = 0) -> EpochPlan:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import source
+from ..tables import source
 
 __all__ = ["BlobHandle", "HandleType", "remember"]
 
