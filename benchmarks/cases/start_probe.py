@@ -4,11 +4,14 @@
 
 
 ``SPEC`` is JSON: ``table`` (a ``TableRef``'s fields) or ``server`` (``uri``, ``host``,
-``key``, ``name``: a LanceDB server), ``workers``, ``head_start``, ``batch``, ``rows``. The probe imports
+``key``, ``name``: a LanceDB server), ``workers``, ``head_start``, ``batch``, ``rows``, and
+optionally ``num_splits`` (left out: the default, chosen for the table). The probe imports
 what a trainer has imported before it builds its loader (``from streaming import
 ...``, torch, lancedb), opens the table, then times building the dataset and the
-loader to the first batch, and the rest of one epoch (every id checked once). It
-prints one JSON line: ``first`` (s), ``rate`` (rows/s after the first batch), ``rows``.
+loader to the first batch, and the rest of one epoch (every planned id checked once:
+``len(dataset)`` of them, at most ``rows``). It prints one JSON line: ``first`` (s),
+``rate`` (rows/s after the first batch), ``rows`` (delivered), ``num_splits``, and the
+peak RSS in MiB of the trainer (``trainer_mb``) and of its largest worker (``worker_mb``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ def measure(spec: dict[str, Any]) -> dict[str, float]:
 
     table = _open(spec)
     start = time.perf_counter()
-    dataset = StreamingDataset(table, shuffle_seed=1)
+    dataset = StreamingDataset(table, shuffle_seed=1, num_splits=spec.get("num_splits"))
+    planned = len(dataset)
     loader = StreamingDataLoader(
         dataset, batch_size=spec["batch"], num_workers=spec["workers"], head_start=spec["head_start"]
     )
@@ -49,9 +53,18 @@ def measure(spec: dict[str, Any]) -> dict[str, float]:
     import numpy as np
 
     seen = np.concatenate(ids)
-    if len(np.unique(seen)) != len(seen) or len(seen) != spec["rows"]:
-        raise AssertionError(f"{len(seen)} ids, {len(np.unique(seen))} distinct, {spec['rows']} planned")
-    return {"first": first, "rate": rate, "rows": float(len(seen))}
+    if len(np.unique(seen)) != len(seen) or len(seen) != planned or planned > spec["rows"]:
+        raise AssertionError(f"{len(seen)} ids, {len(np.unique(seen))} distinct, {planned} planned")
+    import resource
+
+    return {
+        "first": first,
+        "rate": rate,
+        "rows": float(len(seen)),
+        "num_splits": float(dataset.num_splits),
+        "trainer_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
 
 
 if __name__ == "__main__":

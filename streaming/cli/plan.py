@@ -56,7 +56,7 @@ def _fragments_of_split(plan: Any, split: int) -> list[int]:
     import numpy as np
 
     length, total = plan.split_length, plan.total_rows
-    start = (split * length + plan.rotation) % total
+    start = plan.split_start(split)
     ranges = [(start, min(start + length, total))]
     if start + length > total:  # the split wraps around the end of the laid-out rows
         ranges.append((0, start + length - total))
@@ -69,7 +69,8 @@ def _fragments_of_split(plan: Any, split: int) -> list[int]:
 
 
 def _print_topology(dataset: Any, *, num_workers: int, show_all: bool) -> None:
-    from ..core.plan import Part, rank_splits, worker_splits
+    from ..core.ownership import rank_splits, worker_splits
+    from ..core.plan import Part
 
     world_size, length = dataset.world_size, dataset.split_length
     per_rank = dataset.num_splits // world_size

@@ -1,32 +1,24 @@
-"""Constructor settings of ``StreamingDataset``: one table of checks, one error format.
+"""Constructor settings of ``StreamingDataset``, checked (``optionchecks.py``) and resolved.
 
 Order-defining settings (they decide which row sits at each position) are recorded
 in every state dict; the rest are I/O settings that never change the order.
+``Options`` also says how the sizes the user did not give follow the table: its
+rows' bytes (``sized_for``), the default ``num_splits`` (``with_default_splits``) and
+a checkpoint's plan (the ``adopting`` methods).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .cachesettings import CacheSettings
-from .checks import (
-    Field,
-    either,
-    first_refused,
-    is_bool,
-    is_int,
-    non_negative,
-    one_of,
-    optional,
-    positive,
-    type_fix,
-)
+from .plan import PLAN_FORMAT
 from .profiles import DEFAULT_PROFILE, Profile, sized
+from .splits import default_splits, sizes_for
 
 __all__ = [
     "DEFAULT_BLOCK_ROWS",
@@ -35,9 +27,6 @@ __all__ = [
     "DEFAULT_SHUFFLE_BUFFER_SIZE",
     "DEFAULT_TRANSFORM_PARALLELISM",
     "Options",
-    "as_epoch",
-    "check_handle_options",
-    "check_options",
 ]
 
 DEFAULT_BLOCK_ROWS = DEFAULT_PROFILE.block_rows
@@ -46,138 +35,6 @@ DEFAULT_READ_BATCH_SIZE = 64
 DEFAULT_IO_QUEUE_DEPTH = 4
 DEFAULT_TRANSFORM_PARALLELISM = 4
 """Transform threads when ``transform_parallelism`` is None (fewer on smaller machines)."""
-
-
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def _token(value: object) -> bool:
-    """A token id the packed output (int64) holds; negative ids such as -100 are common."""
-    return is_int(value) and _INT64[0] <= value <= _INT64[1]  # type: ignore[operator]
-
-
-def _columns(value: object) -> bool:
-    """A non-empty list (or tuple) of distinct column names."""
-    return (
-        isinstance(value, (list, tuple))
-        and len(value) > 0
-        and all(isinstance(column, str) for column in value)
-        and len(set(value)) == len(value)
-    )
-
-
-_POSITIVE = "greater than 0 (an integer)"
-_OPTIONAL_POSITIVE = "greater than 0 (an integer) or None"
-_BOOL = "True or False"
-_optional_positive = optional(positive)
-
-# What each setting must be, and what to pass instead (formatted with the settings).
-_CHECKS: tuple[Field, ...] = (
-    Field(
-        "num_splits",
-        positive,
-        _POSITIVE,
-        "a multiple of world_size such as num_splits={world_size}, or None (one per rank)",
-    ),
-    Field("world_size", positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
-    Field("rank", non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),
-    Field("epoch", non_negative, "a non-negative integer", "epoch=0 or more"),
-    Field("shuffle", is_bool, _BOOL, "shuffle=True or shuffle=False"),
-    Field(
-        "shuffle_seed",
-        non_negative,
-        "a non-negative integer (or None to draw one)",
-        "an integer such as shuffle_seed=0, or None to draw one",
-    ),
-    Field("block_rows", positive, _POSITIVE, "block_rows=1 or more, or None (the storage profile's)"),
-    Field(
-        "shuffle_buffer_size", positive, _POSITIVE, "a row count such as shuffle_buffer_size=8192, or None"
-    ),
-    Field(
-        "shuffle_clump_size", _optional_positive, _OPTIONAL_POSITIVE, "shuffle_clump_size=1 or more, or None"
-    ),
-    Field("read_batch_size", positive, _POSITIVE, "read_batch_size=1 or more"),
-    Field("io_queue_depth", positive, _POSITIVE, "io_queue_depth=1 or more"),
-    Field("prefetch_batches", _optional_positive, _OPTIONAL_POSITIVE, "prefetch_batches=1 or more, or None"),
-    Field(
-        "transform_parallelism",
-        _optional_positive,
-        _OPTIONAL_POSITIVE,
-        "transform_parallelism=1 or more, or None",
-    ),
-    Field(
-        "transform_queue_depth",
-        _optional_positive,
-        _OPTIONAL_POSITIVE,
-        "transform_queue_depth=1 or more, or None",
-    ),
-    Field(
-        "version",
-        _optional_positive,
-        "a positive Lance version number or None",
-        "a version the table has (table.list_versions()), or None for the latest",
-    ),
-    Field(
-        "filter",
-        optional(lambda v: isinstance(v, str) and v.strip() != ""),
-        "an SQL predicate string or None",
-        "an SQL predicate such as filter='label > 0', or None",
-    ),
-    Field("transform", optional(callable), "a callable or None", "a function of a RecordBatch, or None"),
-    Field(
-        "pack_sequences",
-        _optional_positive,
-        "a positive integer (tokens per block) or None",
-        "the tokens per block such as pack_sequences=2048, or None",
-    ),
-    Field(
-        "eos_id",
-        optional(_token),
-        "a token id (an integer that int64 holds) or None",
-        "the tokenizer's end-of-document id",
-    ),
-    Field(
-        "pad_id",
-        optional(_token),
-        "a token id (an integer that int64 holds, -100 for example) or None",
-        "the tokenizer's padding id (or -100)",
-    ),
-    Field(
-        "blocks_per_epoch",
-        optional(either(one_of(("auto",)), positive)),
-        "a positive integer, 'auto' or None",
-        "a multiple of num_splits, or blocks_per_epoch='auto'",
-    ),
-    Field(
-        "on_transform_error",
-        either(one_of(("raise", "skip", "warn", "replace")), callable),
-        "'raise', 'skip', 'warn', 'replace' or a callable handler(exception) -> bool",
-        "one of those",
-    ),
-    Field("evaluation", is_bool, _BOOL, "evaluation=True or evaluation=False"),
-    Field("endless", is_bool, _BOOL, "endless=True or endless=False"),
-    Field("transform_rng", is_bool, _BOOL, "transform_rng=True or transform_rng=False"),
-    Field("follow_latest", is_bool, _BOOL, "follow_latest=True or follow_latest=False"),
-    Field(
-        "blobs",
-        one_of(("bytes", "handles")),
-        "'bytes' or 'handles'",
-        "blobs='bytes' (each blob's bytes) or blobs='handles' (a lazy file-like handle per blob)",
-    ),
-    Field(
-        "columns",
-        optional(_columns),
-        "a non-empty list of distinct column names or None",
-        "columns=['id', ...] (each name once), or None for every column",
-    ),
-)
-
-
-def _refusal(field: Field, values: dict[str, Any]) -> str:
-    """The message for a refused setting: the field, the value and the fix."""
-    name, value = field.name, values[field.name]
-    instead = type_fix(name, value, field.check) or field.fix.format(**values)
-    return f"{name} must be {field.expected}, got {value!r}; pass {instead}"
 
 
 @dataclass(frozen=True)
@@ -221,6 +78,11 @@ class Options:
     """Which of ``block_rows`` and ``shuffle_buffer_size`` the user gave (never sized)."""
     cache: CacheSettings | None = None
     """The local cache of a table in a bucket (``cache_dir``, ``cache_limit``); never order-defining."""
+    plan_format: int = PLAN_FORMAT
+    """The plan format new plans are built in; a checkpoint's older one is adopted."""
+    splits_defaulted: bool = False
+    """True when ``num_splits`` was not given: chosen once the rows are known
+    (``with_default_splits``) and adopted from a checkpoint (``adopting``)."""
 
     @property
     def io_threads(self) -> int:
@@ -250,6 +112,74 @@ class Options:
             buffer = max(block, fitted.shuffle_buffer_size)
         profile = dataclasses.replace(fitted, block_rows=block, shuffle_buffer_size=buffer)
         return dataclasses.replace(self, profile=profile, block_rows=block, shuffle_buffer_size=buffer)
+
+    def with_default_splits(self, rows: int, *, row_bytes: float | None) -> Options:
+        """These options with ``num_splits`` chosen for ``rows`` planned rows of about
+        ``row_bytes`` bytes (``splits.default_splits``), when it was not given.
+
+        Kept at one split per rank for packing (``blocks_per_epoch`` counts blocks
+        per split) and for evaluation (nothing resumes; every row counts). Above one
+        split per rank, the sizes the user did not give follow S (``splits.sizes_for``):
+        the buffer grows within its bytes, the block shrinks so that one block of
+        every split fits the buffer.
+        """
+        if not self.splits_defaulted or self.pack_sequences is not None or self.evaluation:
+            return self
+        given = self.user_sizes
+        buffer = self.shuffle_buffer_size
+        if "shuffle_buffer_size" not in given and row_bytes:
+            buffer = max(buffer, int(self.profile.buffer_bytes // row_bytes))  # what its bytes allow
+        chosen = default_splits(rows=rows, world_size=self.world_size, buffer_rows=buffer)
+        if chosen == self.world_size:
+            return self
+        block, buffer = sizes_for(
+            chosen,
+            block_rows=self.block_rows,
+            buffer_rows=self.shuffle_buffer_size,
+            allowed_rows=buffer,
+            given=given,
+        )
+        profile = dataclasses.replace(self.profile, block_rows=block, shuffle_buffer_size=buffer)
+        return dataclasses.replace(
+            self, num_splits=chosen, block_rows=block, shuffle_buffer_size=buffer, profile=profile
+        )
+
+    def adopting_splits(self, num_splits: int, *, block_rows: int) -> Options:
+        """These options with a checkpoint's ``num_splits``, if this dataset's was defaulted.
+
+        A dataset built without ``num_splits`` resumes a checkpoint of any S its
+        world size divides: one written when the table had other rows (so another
+        default), with another world size's default, or by an earlier release (one
+        split per rank). Its block comes with it unless the user gave ``block_rows``
+        (``adopting`` then takes the window). A given ``num_splits`` (or packing,
+        whose ``blocks_per_epoch`` counts per split) is returned unchanged: a
+        mismatch is then refused.
+
+        Raises:
+            ValueError: the world size does not divide the checkpoint's ``num_splits``.
+        """
+        if not self.splits_defaulted or self.pack_sequences is not None or num_splits == self.num_splits:
+            return self
+        if num_splits % self.world_size:
+            sizes = [size for size in range(1, min(num_splits, 64) + 1) if num_splits % size == 0]
+            raise ValueError(
+                f"the checkpoint has num_splits={num_splits}, which world_size={self.world_size} does "
+                f"not divide: every rank must own as many splits; resume it on a world size that "
+                f"divides {num_splits} ({', '.join(map(str, sizes))}{', ...' if num_splits > 64 else ''})"
+            )
+        adopted = dataclasses.replace(self, num_splits=num_splits)
+        if "block_rows" in self.user_sizes:
+            return adopted
+        profile = dataclasses.replace(self.profile, block_rows=block_rows)
+        return dataclasses.replace(adopted, block_rows=block_rows, profile=profile)
+
+    def adopting_format(self, plan_format: int) -> Options:
+        """These options with a checkpoint's plan format, if this release builds it
+        (every format up to ``PLAN_FORMAT``): a state of an earlier release resumes
+        on the plan it was written with. A later format is left to be refused."""
+        if 1 <= plan_format <= PLAN_FORMAT:
+            return dataclasses.replace(self, plan_format=plan_format)
+        return self
 
     def adopting(self, *, block_rows: int, window_rows: int) -> Options:
         """These options with a saved plan's block and window, if they came from the profile.
@@ -288,93 +218,3 @@ class Options:
         if self.transform_queue_depth is not None:
             return self.transform_queue_depth
         return max(2, self.transform_threads)
-
-
-def _check_packing(values: dict[str, Any]) -> None:
-    """Packing needs all its settings, no transform, and a budget S divides."""
-    keys = ("eos_id", "pad_id", "blocks_per_epoch")
-    if values["pack_sequences"] is None:
-        for name in keys:
-            if values[name] is not None:
-                raise ValueError(
-                    f"{name}={values[name]!r} is only used with pack_sequences; set both or neither"
-                )
-        return
-    for name in keys:
-        if values[name] is None:
-            raise ValueError(f"pack_sequences needs {name}; pass {name}= as well (see docs/packing.md)")
-    if values["transform"] is not None:
-        raise ValueError("pack_sequences cannot be combined with transform; pack the raw token column")
-    blocks, splits = values["blocks_per_epoch"], values["num_splits"]
-    if blocks != "auto" and blocks % splits:
-        example = blocks - blocks % splits or splits
-        raise ValueError(
-            f"blocks_per_epoch={blocks} is not divisible by num_splits={splits}; every split emits "
-            f"the same number of blocks, so pass a multiple of {splits} (for example {example})"
-        )
-
-
-_HANDLE_CHECKS: tuple[Field, ...] = (
-    Field(
-        "storage_options",
-        optional(lambda v: isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
-        "a dict of object-store options (str keys) or None",
-    ),
-    Field("tag_snapshot", is_bool, "True or False"),
-    Field("connection_factory", optional(callable), "a callable factory(table_name) or None"),
-)
-
-
-def check_handle_options(values: dict[str, Any]) -> None:
-    """Check the settings that say how to open the table (never recorded in a state).
-
-    Raises:
-        ValueError: one has the wrong type; the message never shows option values,
-            which may be credentials.
-    """
-    field = first_refused(values, _HANDLE_CHECKS)
-    if field is not None:
-        raise ValueError(f"{field.name} must be {field.expected}, got a {type(values[field.name]).__name__}")
-
-
-def as_epoch(epoch: object) -> int:
-    """``epoch`` as an int; ``ValueError`` unless a non-negative integer.
-
-    Anything ``operator.index`` takes counts (numpy integers, 0-d integer arrays and
-    tensors, which frameworks pass to ``set_epoch``), but not a bool.
-    """
-    try:
-        value = None if isinstance(epoch, bool) else operator.index(epoch)  # type: ignore[arg-type]
-    except TypeError:
-        value = None
-    if value is None or value < 0:
-        raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}; pass epoch=0 or more")
-    return value
-
-
-def check_options(values: dict[str, Any]) -> Options:
-    """Validate constructor settings and return them as ``Options``.
-
-    Raises:
-        ValueError: a setting is out of range, naming it, its value and the fix.
-    """
-    field = first_refused(values, _CHECKS)
-    if field is not None:
-        raise ValueError(_refusal(field, values))
-    for name in (field.name for field in _CHECKS if is_int(values[field.name])):
-        values[name] = int(values[name])  # numpy integers become plain ints (JSON states)
-    if values["rank"] >= values["world_size"]:
-        raise ValueError(
-            f"rank must be in [0, world_size={values['world_size']}), got rank={values['rank']}; pass "
-            f"rank=0 up to {values['world_size'] - 1}, or None to read it from torch.distributed"
-        )
-    _check_packing(values)
-    if values["transform_rng"] and values["transform"] is None:
-        raise ValueError("transform_rng=True needs a transform= that takes (batch, rngs); pass one")
-    if values["endless"] and values["evaluation"]:
-        raise ValueError(
-            "endless=True and evaluation=True exclude each other: an evaluation pass ends "
-            "with its epoch; pass one of them"
-        )
-    columns = values["columns"]
-    return Options(**{**values, "columns": tuple(columns) if columns is not None else None})

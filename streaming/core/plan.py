@@ -12,14 +12,21 @@ Layout of an epoch, outermost first:
    stable digest of (fragment id, seed, epoch), laid end to end, and the sequence
    is rotated by a seeded offset in [0, N). Without ``shuffle`` storage order is
    kept and nothing is rotated.
-2. The first S * L laid-out positions are cut into S splits of L = N // S rows;
-   the N - S * L < S surplus rows are left out of this epoch.
+2. The first S * L laid-out positions are cut into S segments of L = N // S rows;
+   the N - S * L < S surplus rows are left out of this epoch. Split s is segment
+   s, or, with ``shuffle`` from plan format 2 on, segment ``segment_order[s]``, a
+   seeded permutation of the segments: a batch of fewer samples than S draws its
+   consecutive splits from all over the table, not from one stretch of it.
 3. A split is cut into blocks of ``block_rows`` consecutive rows. The full blocks
    are visited in a seeded order; a short tail block, if any, comes last.
 4. Consecutive visited blocks form windows of ``window_rows`` rows; rows (or
    clumps of ``clump_rows`` rows, a short tail clump last) are permuted across the
    whole window with a seed derived from (seed, epoch, split, window). A window's
    permutation is the only array materialised, and it is window-sized.
+
+One idea in one module: the layout above and the one read that follows it
+(``window_read``: the rows of many windows as sorted runs), which must agree row
+for row; splitting them would put one arithmetic in two places.
 """
 
 from __future__ import annotations
@@ -43,13 +50,13 @@ __all__ = [
     "WindowRead",
     "digest",
     "permute",
-    "rank_splits",
     "window_rows_for",
-    "worker_splits",
 ]
 
-PLAN_FORMAT = 1
-"""Bumped whenever the same inputs would put a different row at some position."""
+PLAN_FORMAT = 2
+"""Bumped whenever the same inputs would put a different row at some position (a
+state of an older format resumes with the plan of its format). 2: the segments of
+a shuffled plan are taken by the splits in a seeded order."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,7 @@ class PlanSettings:
     block_rows: int
     window_rows: int
     clump_rows: int
+    plan_format: int = PLAN_FORMAT
 
 
 def window_rows_for(*, shuffle_buffer_size: int, num_splits: int, block_rows: int) -> int:
@@ -154,6 +162,11 @@ class EpochPlan:
         self.rotation = (
             digest("rotation", settings.seed, settings.epoch) % self.total_rows if settings.shuffle else 0
         )
+        self.segment_order = np.arange(num_splits, dtype=np.int64)
+        """The segment of the laid-out rows each split takes (see the module docstring)."""
+        if settings.shuffle and settings.plan_format >= 2:
+            seed = digest("segments", settings.seed, settings.epoch)
+            self.segment_order = np.random.Generator(np.random.PCG64(seed)).permutation(num_splits)
 
     @property
     def num_windows(self) -> int:
@@ -226,10 +239,13 @@ class EpochPlan:
         slots = np.arange(first // block_rows, -(-last // block_rows), dtype=np.int64)
         return self._blocks(slots, [split], None)
 
+    def split_start(self, split: int) -> int:
+        """Index into the laid-out, rotated sequence of ``split``'s row 0."""
+        return (int(self.segment_order[split]) * self.split_length + self.rotation) % self.total_rows
+
     def laid_out(self, split: int, rows: np.ndarray) -> np.ndarray:
         """Index into the laid-out, rotated sequence for split-local ``rows``."""
-        start = split * self.split_length + self.rotation
-        result: np.ndarray = (np.asarray(rows, dtype=np.int64) + start) % self.total_rows
+        result: np.ndarray = (np.asarray(rows, dtype=np.int64) + self.split_start(split)) % self.total_rows
         return result
 
     def window_read(self, requests: Sequence[tuple[int, int]], *, part: Part | None = None) -> WindowRead:
@@ -293,7 +309,11 @@ class EpochPlan:
             length = length * read
         blocks = self._blocks(slots, splits.tolist(), owner if len(keys) > 1 else None)
         laid = (
-            blocks * block_rows + low - slots * block_rows + splits[owner] * self.split_length + self.rotation
+            blocks * block_rows
+            + low
+            - slots * block_rows
+            + self.segment_order[splits][owner] * self.split_length
+            + self.rotation
         ) % total
         before = np.minimum(length, total - laid)
         low += renumber[owner] * block_rows
@@ -368,23 +388,3 @@ class EpochPlan:
                 self.fragment_ids[first + touched].tolist(), lows.tolist(), highs.tolist(), strict=True
             )
         )
-
-
-def rank_splits(num_splits: int, *, rank: int, world_size: int) -> list[int]:
-    """Splits owned by ``rank``: rank, rank + W, rank + 2W, ... (strided)."""
-    if num_splits % world_size:
-        works = -(-num_splits // world_size) * world_size
-        raise ValueError(
-            f"num_splits={num_splits} is not divisible by world_size={world_size}; every rank must own "
-            f"as many splits: pass StreamingDataset(..., num_splits={works}) (a multiple of {world_size}; "
-            f"a multiple of every world size the job may run on lets a checkpoint move between them), or "
-            f"leave num_splits out (one split per rank)"
-        )
-    return list(range(rank, num_splits, world_size))
-
-
-def worker_splits(splits: Sequence[int], *, worker: int, num_workers: int) -> list[int]:
-    """The splits of a rank that worker ``worker`` of ``num_workers`` owns when workers own
-    whole splits: those at positions worker, worker + num_workers, ... (strided; any
-    ``num_workers``, so a worker beyond the rank's splits owns none)."""
-    return list(splits[worker::num_workers])

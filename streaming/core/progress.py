@@ -129,9 +129,10 @@ class Cursor:
     def advance(self, splits: Sequence[int], cycles: int) -> None:
         """Count ``cycles`` more completed cycles for ``splits`` (no stride open)."""
         self.version += 1
+        samples, positions = self._samples, self._positions
         for split in splits:
-            self._samples[split] += cycles
-            self._positions[split] += cycles
+            samples[split] += cycles
+            positions[split] += cycles
 
     def move_anchors(self, anchors: Mapping[int, Anchor]) -> None:
         """Packing: adopt each split's new anchor (its block count and document)."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .plan import Part, worker_splits
+from .ownership import worker_splits
+from .plan import Part
 
 __all__ = ["World"]
 

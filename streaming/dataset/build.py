@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..core.cachesettings import cache_settings
-from ..core.options import Options, check_handle_options, check_options
-from ..core.plan import rank_splits
+from ..core.optionchecks import check_handle_options, check_options
+from ..core.options import Options
+from ..core.ownership import rank_splits
+from ..core.plan import PLAN_FORMAT
 from ..core.profiles import profile_for
 from ..samples import blobs
 from ..samples.view import TableView, open_view, unplanned_view
@@ -21,7 +23,7 @@ from ..tables import cached, source
 from ..tables.table import Table
 from . import jobplan, torchrun
 from .engine import DatasetEngine
-from .topology import draw_seed, require_group, simulated_splits, topology
+from .topology import draw_seed, require_group, topology
 
 __all__ = ["build_engine"]
 
@@ -40,7 +42,7 @@ def build_engine(table: Any, given: Mapping[str, Any]) -> DatasetEngine:
     torchrun.check_torchrun_store()
     shared_plan = jobplan.shares_plan(given["rank"], given["world_size"], given["filter"])
     options = _options(table, given)
-    owned = rank_splits(options.num_splits, rank=options.rank, world_size=options.world_size)
+    rank_splits(options.num_splits, rank=options.rank, world_size=options.world_size)  # a given S: now
     snapshot, handle = source.open_table(
         table,
         version=given["version"],
@@ -49,13 +51,13 @@ def build_engine(table: Any, given: Mapping[str, Any]) -> DatasetEngine:
     )
     cached.warn_unused(handle, cache_dir=given["cache_dir"])
     options, view = _first_view(snapshot, handle, options, shared_plan=shared_plan)
+    owned = rank_splits(options.num_splits, rank=options.rank, world_size=options.world_size)
     override = given["worker_info_override"]
     return DatasetEngine(
         options,
         view,
         owned,
         tag_snapshot=bool(given["tag_snapshot"]),
-        exact_splits=simulated_splits(owned, override, world_size=options.world_size),
         worker_info_override=override,
     )
 
@@ -87,6 +89,8 @@ def _options(table: Any, given: Mapping[str, Any]) -> Options:
         "user_sizes": tuple(name for name in _SIZES if given[name] is not None),
         "cache": cache_settings(given["cache_dir"], given["cache_limit"]),
         "num_splits": world_size if given["num_splits"] is None else given["num_splits"],
+        "splits_defaulted": given["num_splits"] is None,
+        "plan_format": PLAN_FORMAT,
     }
     values = {**given, **filled}
     return check_options({name: values[name] for name in Options.__dataclass_fields__})
@@ -100,15 +104,29 @@ def _first_view(
     When the snapshot cannot be planned (no rows, a column or filter column it does
     not have), the view holds that error for its first use instead: building a
     dataset to resume a checkpoint never fails because of the latest version.
+    A ``num_splits`` not given is chosen for the snapshot's planned rows
+    (``Options.with_default_splits``); one split per rank if it cannot be planned.
     """
-    options = options.sized_for(blobs.row_bytes(handle, options.columns))
+    row_bytes = blobs.row_bytes(handle, options.columns)
+    options = options.sized_for(row_bytes)
     index = None
     if shared_plan and options.filter:  # one scan for the job (its errors are the job's, not deferred)
         index = jobplan.shared_filter_index(snapshot, handle, options.filter)
     try:
+        if options.splits_defaulted:
+            if index is None and options.filter:
+                index = source.build_filter_index(handle, options.filter)
+            options = options.with_default_splits(_planned_rows(handle, index), row_bytes=row_bytes)
         view = open_view(snapshot, handle, options, epoch=options.epoch, filter_index=index)
     except ValueError as error:  # every rank of a shared plan reads the same version: all fail alike
         return options, unplanned_view(snapshot, options, error)
-    if index is not None:
+    if shared_plan and options.filter:
         jobplan.check_same_plan(view, options)  # one plan checked on every rank
     return options, view
+
+
+def _planned_rows(handle: Table, index: source.FilterIndex | None) -> int:
+    """The rows a plan of ``handle`` lays out: live rows, or those ``index`` says match."""
+    if index is not None:
+        return int(sum(index.counts()))
+    return int(sum(source.fragment_rows(handle)[1]))

@@ -54,8 +54,11 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
             Enterprise, read through the server's API with the same guarantees), a
             ``lance.LanceDataset``, or a dataset URI (local path, ``s3://``,
             ``gs://``, ``az://``).
-        num_splits: S, fixed for the whole run; defaults to ``world_size``. Must be a
-            multiple of ``world_size`` (and of ``world_size * num_workers``).
+        num_splits: S, fixed for the whole run; a multiple of ``world_size`` (any
+            ``num_workers`` works). ``None``: chosen for the table so that the world
+            sizes jobs move between divide it (192 for 1 to 64 ranks once the table
+            has 1,024 rows a split; fewer for smaller tables, ``world_size`` at the
+            least), recorded in the state and adopted from a checkpoint on load.
         shuffle: Shuffle fragments, blocks and rows within windows; ``False`` gives
             storage order.
         shuffle_seed: Seed of every shuffle; ``None`` draws one (rank 0's, shared

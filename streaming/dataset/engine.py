@@ -20,7 +20,8 @@ from typing import Any
 from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Samples
-from ..core.options import Options, as_epoch
+from ..core.optionchecks import as_epoch
+from ..core.options import Options
 from ..core.progress import WorkerReport
 from ..core.stats import Counters, Waits
 from ..core.world import World
@@ -53,11 +54,11 @@ class DatasetEngine(Positioned):
         rank_splits: Sequence[int],
         *,
         tag_snapshot: bool,
-        exact_splits: Sequence[int] | None,
         worker_info_override: Any,
     ) -> None:
-        super().__init__(options, view, rank_splits, tag_snapshot=tag_snapshot, exact_splits=exact_splits)
-        self._worker_info_override = worker_info_override
+        super().__init__(
+            options, view, rank_splits, tag_snapshot=tag_snapshot, worker_info_override=worker_info_override
+        )
         self._counters = Counters()  # reads of this process's iterators
         self._side = WorkerSide()  # what a loader hands down; this process's place and shares
         self._iterating: tuple[World, tuple[int, ...]] = (World(), ())
@@ -281,13 +282,15 @@ class DatasetEngine(Positioned):
         ``handover`` (the trainer's) describes; this process's counters carry on."""
         saved = StreamState.from_dict(handover)
         settings = self._view.plan.settings
-        same = (saved.version, saved.block_rows, saved.window_rows) == (
+        same = (saved.version, saved.plan_format, saved.num_splits, saved.block_rows, saved.window_rows) == (
             self.version,
+            settings.plan_format,
+            self.num_splits,
             settings.block_rows,
             settings.window_rows,
         )
         view = self.view_at(saved.epoch) if same else self.check_load(handover)[0]  # else: open it
-        self._options = self._options.adopting(block_rows=saved.block_rows, window_rows=saved.window_rows)
+        self.use(self._adopted(saved))
         self._view = view
         self._restart(saved.progress)
 

@@ -28,7 +28,7 @@ class Describing(Protocol):
         ...
 
     @property
-    def rank_splits(self) -> Sequence[int]:
+    def splits(self) -> Sequence[int]:
         """Splits of this rank."""
         ...
 
@@ -37,7 +37,7 @@ class Described:
     """The read-only settings and plan of a dataset, written once for the engine and for the
     user's class: each is read from an engine (``_engine_described()``: the engine itself, or
     the user's dataset's), from its settings (``options``), the view of the snapshot this
-    epoch is planned on (``view``) or its rank's splits (``rank_splits``)."""
+    epoch is planned on (``view``) or its rank's splits (``splits``)."""
 
     def _engine_described(self) -> Describing:
         """The engine these read: the engine itself, or the user's dataset's."""
@@ -105,7 +105,7 @@ class Described:
 
     def owned_splits(self) -> list[int]:
         """Splits of this rank: rank, rank + world_size, ..."""
-        return list(self._engine_described().rank_splits)
+        return list(self._engine_described().splits)
 
 
 class Observed:

@@ -18,6 +18,8 @@ from ..core.ledger import Ledger
 from ..core.lifecycle import Lifecycle
 from ..core.options import Options
 from ..core.order import RankOrder, ShareSlots
+from ..core.ownership import rank_splits
+from ..core.plan import PlanSettings
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
 from ..core.world import World
 from ..samples.view import TableView, open_view
@@ -25,7 +27,7 @@ from ..state.compat import check_compatible
 from ..state.format import StreamState
 from ..tables import source
 from .observe import Described
-from .topology import agree
+from .topology import agree, simulated_splits
 
 __all__ = ["Positioned"]
 
@@ -42,20 +44,27 @@ class Positioned(Described):
         rank_splits: Sequence[int],
         *,
         tag_snapshot: bool,
-        exact_splits: Sequence[int] | None = None,
+        worker_info_override: Any = None,
     ):
-        """``exact_splits``: the splits this process delivers and so counts exactly (by
-        default the rank's); the state gives every other split its lockstep count."""
+        """``worker_info_override``: the testing hook (``StreamingDataset``): this process
+        delivers, and so counts exactly, only that worker's splits of the rank; the
+        state gives every other split its lockstep count."""
         self._options = options
         self._view = view
-        self._rank_splits = list(rank_splits)
         self._tag_snapshot = tag_snapshot
         if tag_snapshot:
             source.protect(view.snapshot)
         self._lifecycle = Lifecycle()  # the live iterator; shipped to a plain DataLoader's workers
         self._worker_counters: dict[tuple[int, int], dict[str, float]] = {}
-        self._ledger = Ledger(self._rank_splits if exact_splits is None else exact_splits)
+        self._worker_info_override = worker_info_override
+        self._own(rank_splits)
         self._restart()
+
+    def _own(self, splits: Sequence[int]) -> None:
+        """Own the rank's ``splits``, with a fresh ledger of those this process counts."""
+        self._rank_splits = list(splits)
+        override, world_size = self._worker_info_override, self._options.world_size
+        self._ledger = Ledger(simulated_splits(self._rank_splits, override, world_size=world_size))
 
     def _restart(self, progress: Sequence[SplitProgress] | None = None) -> None:
         """Start a run at ``progress`` (default: the start of the epoch)."""
@@ -82,7 +91,7 @@ class Positioned(Described):
         return self._view
 
     @property
-    def rank_splits(self) -> Sequence[int]:
+    def splits(self) -> Sequence[int]:
         """Splits of this rank: rank, rank + world_size, ... (read-only)."""
         return self._rank_splits
 
@@ -134,7 +143,8 @@ class Positioned(Described):
         self._refuse_evaluation("load_state_dict")
         self._lifecycle.refuse_started("load_state_dict")
         view, progress = self.check_load(state)
-        total = view.split_total(self.num_splits) if view.planned else 0
+        splits = view.plan.settings.num_splits  # the state's (adopted when this dataset's was defaulted)
+        total = view.split_total(splits) if view.planned else 0
         progress, backs = balanced(progress, world_size=self.world_size, total=total)
         if backs[self.rank]:
             _LOG.info(
@@ -154,7 +164,7 @@ class Positioned(Described):
         handle = source.open_snapshot(pinned, fresh=True)
         same = pinned.version == self._view.snapshot.version  # the filter index holds: no new scan
         index = self._view.filter_index if same else None
-        options = self._options.adopting(block_rows=saved.block_rows, window_rows=saved.window_rows)
+        options = self._adopted(saved)
         view = open_view(pinned, handle, options, epoch=saved.epoch, filter_index=index)
         check_compatible(saved, self.describe(view, saved.progress), split_length=view.plan.split_length)
         return view, saved.progress
@@ -185,14 +195,28 @@ class Positioned(Described):
     def adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
         """Swap in a validated view and progress (see ``check_load``)."""
         settings = view.plan.settings
-        self._options = self._options.adopting(
-            block_rows=settings.block_rows, window_rows=settings.window_rows
-        )
+        self.use(self._adopted(settings))
         self._view = view
         self._restart(progress)
         self._lifecycle.shipped = False
         if self._tag_snapshot:
             source.protect(view.snapshot)
+
+    def use(self, options: Options) -> None:
+        """Use ``options`` (package-internal); a new S (a checkpoint's, adopted) re-owns
+        the rank's splits."""
+        changed = options.num_splits != self.num_splits
+        self._options = options
+        if changed:
+            self._own(rank_splits(options.num_splits, rank=self.rank, world_size=self.world_size))
+
+    def _adopted(self, saved: StreamState | PlanSettings) -> Options:
+        """The options a saved plan is resumed with: its format, its S if this
+        dataset's was defaulted, its block and window if they came from the profile
+        (``Options.adopting_format``, ``adopting_splits``, ``adopting``)."""
+        options = self._options.adopting_format(saved.plan_format)
+        options = options.adopting_splits(saved.num_splits, block_rows=saved.block_rows)
+        return options.adopting(block_rows=saved.block_rows, window_rows=saved.window_rows)
 
     def release_snapshot(self) -> bool:
         """Remove the tag that protects this dataset's version (see ``tag_snapshot``).
@@ -219,13 +243,14 @@ class Positioned(Described):
         """The state of this dataset at ``progress`` in ``view`` (package-internal)."""
         settings, packing = view.plan.settings, view.packing
         return StreamState(
-            num_splits=self.num_splits,
+            num_splits=settings.num_splits,
             shuffle=self._options.shuffle,
             shuffle_seed=self.shuffle_seed,
             epoch=view.epoch,
             block_rows=settings.block_rows,
             window_rows=settings.window_rows,
             clump_rows=settings.clump_rows,
+            plan_format=settings.plan_format,
             progress=tuple(progress),
             owned_splits=self._ledger.owned,
             uri=view.snapshot.uri,

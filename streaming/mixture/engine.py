@@ -20,7 +20,7 @@ import numpy as np
 from .. import _compat
 from ..core import stats
 from ..core.lifecycle import Guarded, Samples
-from ..core.options import as_epoch
+from ..core.optionchecks import as_epoch
 from ..core.progress import WorkerReport
 from ..core.world import World
 from ..errors import EpochCompleteWarning

@@ -170,7 +170,7 @@ class MixturePositioned:
         except ValueError as error:
             raise ValueError(f"source {name!r}: {error}") from None
         counts = [entry.samples for entry in progress]
-        if view.epoch != where.epoch or counts != split_counts(where.taken, data.num_splits):
+        if view.epoch != where.epoch or counts != split_counts(where.taken, view.plan.settings.num_splits):
             raise ValueError(
                 f"source {name!r}: its table state (epoch {view.epoch}) does not match its "
                 f"position (epoch {where.epoch}, {where.taken} samples taken); the checkpoint "

@@ -49,7 +49,7 @@ class SplitReaders:
         self._current_start: dict[int, int] = {}
         self._scheduled: dict[Key, Future[dict[Key, Window]]] = {}
         self._lock = threading.Lock()  # the gauges may be read from another thread
-        self._pending: dict[Future[dict[Key, Window]], list[Key]] = {}  # reads not seen done
+        self._pending: dict[Future[dict[Key, Window]], set[Key]] = {}  # reads not seen done: keys not entered
         self._landed: dict[Key, int] = {}  # scheduled windows read, not entered: their rows
         self._landed_rows = 0
         self._left: dict[int, int] = {}  # split: rows of its current untransformed window to come
@@ -78,7 +78,7 @@ class SplitReaders:
             self._windows.read, wanted, executor=self._takes, transformer=self._transformer
         )
         with self._lock:
-            self._pending[future] = wanted
+            self._pending[future] = set(wanted)
             for key in wanted:
                 self._scheduled[key] = future
                 self._move_ahead(key[0], key[1] + 1)
@@ -116,8 +116,8 @@ class SplitReaders:
         with self._lock:
             future = self._scheduled.pop(key)
             self._landed_rows -= self._landed.pop(key, 0)
-            keys = self._pending.get(future, ())
-            if all(self._scheduled.get(other) is not future for other in keys):
+            (keys := self._pending.get(future, set())).discard(key)
+            if not keys:
                 self._pending.pop(future, None)  # every window of the read entered: never look again
         windows = future.result()  # waits for the read, outside the lock
         with self._lock:

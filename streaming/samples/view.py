@@ -42,6 +42,7 @@ def plan_settings(options: Options, epoch: int) -> PlanSettings:
             block_rows=options.block_rows,
         ),
         clump_rows=options.clump_rows,
+        plan_format=options.plan_format,
     )
 
 

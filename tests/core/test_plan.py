@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streaming.core.ownership import rank_splits, worker_splits
 from streaming.core.plan import (
     NOT_READ,
     EpochPlan,
@@ -19,9 +20,7 @@ from streaming.core.plan import (
     WindowRead,
     digest,
     permute,
-    rank_splits,
     window_rows_for,
-    worker_splits,
 )
 
 from reference import locate, window_rows_order

@@ -290,6 +290,7 @@ def cases(draw: st.DrawFn) -> tuple[list[int], PlanSettings, list[tuple[int, int
         block_rows=draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 64])),
         window_rows=draw(st.integers(1, 30)),
         clump_rows=draw(st.integers(1, 5)),
+        plan_format=1,
     )
     frozen = FrozenPlan(list(range(len(rows))), rows, plan_settings)
     windows = frozen.num_windows
@@ -341,6 +342,7 @@ def profile_plans(*, block_rows: int, buffer: int, shuffle: bool = True, clump_r
             block_rows=block_rows,
             window_rows=max(1, buffer // (16 * block_rows)) * block_rows,
             clump_rows=clump_rows,
+            plan_format=1,
         ),
     )
 

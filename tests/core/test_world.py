@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.core.plan import Part, worker_splits
+from streaming.core.ownership import worker_splits
+from streaming.core.plan import Part
 from streaming.core.world import World
 
 
