@@ -29,6 +29,7 @@ NAMES = (
     "blobs",
     "widths",
     "workerstart",
+    "defaultsplits",
 )
 """Sections other commands write, in the order they follow the main document."""
 
