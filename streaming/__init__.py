@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .mixture.mixture import StreamingMixture
     from .profiling.findings import LoaderProfile
     from .profiling.run import profile
-    from .read.blobs import BlobHandle
+    from .samples.blobhandle import BlobHandle
 
 __all__ = [
     "BlobHandle",
@@ -65,7 +65,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 _HOMES = {
-    "BlobHandle": ".read.blobs",
+    "BlobHandle": ".samples.blobhandle",
     "CacheUnusedWarning": ".errors",
     "CacheWarning": ".errors",
     "EpochCompleteWarning": ".errors",

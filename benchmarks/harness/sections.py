@@ -2,7 +2,9 @@
 
 The ``bench`` suite rewrites the document; a section written by another suite
 (``packing``, ``transfer``, ``transforms``, ``soak``, ...) lies between its two
-markers and is kept across those rewrites.
+markers and is kept across those rewrites, after the bench suite's tables. The
+table of current answers that opens the page (``answers``, written by hand from the
+runs) is kept too, before them.
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ NAMES = (
     "gpu",
     "blobs",
     "widths",
+    "workerstart",
+    "defaultsplits",
 )
 """Sections other commands write, in the order they follow the main document."""
+
+OPENING = "answers"
+"""The section that opens the page, before the bench suite's tables."""
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -47,6 +54,13 @@ def kept(path: Path) -> str:
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     found = [section for section in (_section(old, name) for name in NAMES) if section is not None]
     return "".join("\n" + section + "\n" for section in found)
+
+
+def opening(path: Path) -> str:
+    """The ``OPENING`` section ``path`` holds, followed by a blank line (empty if none)."""
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    found = _section(old, OPENING)
+    return "" if found is None else found + "\n\n"
 
 
 def replace(path: Path, name: str, body: str) -> None:

@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     image = out.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
     drew = plot(results, image)
-    text = render(results, image=image.name if drew else None)
+    text = render(results, image=image.name if drew else None, opening=sections.opening(out))
     out.write_text(text + sections.kept(out), encoding="utf-8")
     print(text)
     _log(f"wrote {out}" + (f" and {image}" if drew else " (no plot: matplotlib is not installed)"))

@@ -42,20 +42,20 @@ TARGET = 0.5
 """Least rows/s of ours, as a multiple of the raw scan's."""
 
 STAGES: tuple[tuple[str, tuple[tuple[str, str], ...], str], ...] = (
-    ("permute: gather each batch's rows into yield order (one copy)", (("read/rows.py", "gather"),), ""),
+    ("permute: gather each batch's rows into yield order (one copy)", (("samples/rows.py", "gather"),), ""),
     (
         "collate: the rest of making the batch's tensors",
-        (("read/assemble.py", "finish"),),
-        "read/rows.py:gather",
+        (("samples/assemble.py", "finish"),),
+        "samples/rows.py:gather",
     ),
     (
         "cut and commit: which rows make the batch, the position moved",
-        (("read/assemble.py", "_cut"), ("read/assemble.py", "_commit")),
+        (("samples/assemble.py", "_cut"), ("samples/assemble.py", "_commit")),
         "",
     ),
     (
         "chunk: the splits' next rows interleaved (waits for reads excluded)",
-        (("read/assemble.py", "_chunk"),),
+        (("samples/assemble.py", "_chunk"),),
         "wait",
     ),
 )

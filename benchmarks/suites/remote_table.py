@@ -78,7 +78,7 @@ def measure_case(server: LanceDBStandIn | None, local: TableRef, workers: int) -
 def measure_startup(server: LanceDBStandIn, local: TableRef) -> dict[str, float]:
     """Start-up with a filter, the peer's row-id scan, and the 100M-row plan."""
     from streaming.core.plan import EpochPlan, PlanSettings
-    from streaming.read.remote import FRAGMENT_ROWS
+    from streaming.tables.remote import FRAGMENT_ROWS
 
     table = server.connect().open_table(local.name)
     server.reset()

@@ -34,7 +34,7 @@ def open_table(uri: str, args: argparse.Namespace) -> Any:
         ValueError: a ``db://`` URI without a table name or API key, or no such table.
         PermissionError: the server refused the key.
     """
-    from ..read.connect import is_db_uri, open_db_table
+    from ..tables.connect import is_db_uri, open_db_table
 
     if not is_db_uri(uri):
         return uri

@@ -48,7 +48,7 @@ def _print(listing: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Show the cache's size, entries, tables and versions; with ``--clear`` empty it first."""
-    from ..read import diskcache
+    from ..tables import diskcache
 
     folder = _folder(args)
     if args.clear:

@@ -5,7 +5,7 @@
 state methods) are that engine, ``host`` declares what loaders may call on it and
 finds a facade's engine, ``observe`` the peer's attributes, ``topology``/``torchrun``
 the process group, ``jobplan`` one filter scan per job. Imports ``core``, ``state``,
-``read``, ``workers`` and the top-level ``errors`` and ``_compat``.
+``tables``, ``samples``, ``workers`` and the top-level ``errors`` and ``_compat``.
 """
 
 __all__: list[str] = []

@@ -17,9 +17,10 @@ from ..core.options import Options
 from ..core.ownership import rank_splits
 from ..core.plan import PLAN_FORMAT
 from ..core.profiles import profile_for
-from ..read import blobs, cached, source
-from ..read.table import Table
-from ..read.view import TableView, open_view, unplanned_view
+from ..samples import blobs
+from ..samples.view import TableView, open_view, unplanned_view
+from ..tables import cached, source
+from ..tables.table import Table
 from . import jobplan, torchrun
 from .engine import DatasetEngine
 from .topology import draw_seed, require_group, topology

@@ -1,4 +1,10 @@
-"""``StreamingDataset``: a Lance table as an elastic, exactly resumable IterableDataset."""
+"""``StreamingDataset``: a Lance table as an elastic, exactly resumable IterableDataset.
+
+One idea, the user's class: a facade whose every method forwards to its engine
+(``engine.DatasetEngine``) in a line or two. Most of this module is what a user reads:
+the class's docstring and the documented arguments of its constructor (two thirds of
+its lines), which ``docs/api.md`` renders; splitting it would split that page.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from ..core.options import DEFAULT_IO_QUEUE_DEPTH, DEFAULT_READ_BATCH_SIZE
 from ..state.merge import merge_states
 from . import host
 from .build import build_engine
+from .engine import DatasetEngine
 from .observe import Described, Observed
 
 __all__ = ["StreamingDataset"]
@@ -219,6 +226,9 @@ class StreamingDataset(Described, Observed, IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return self._engine.describe_self()
+
+    def _engine_described(self) -> DatasetEngine:
+        return self._engine
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for a worker process: the engine (settings, snapshot, position; no handle)."""

@@ -26,7 +26,7 @@ from ..core.progress import WorkerReport
 from ..core.stats import Counters, Waits
 from ..core.world import World
 from ..errors import EpochCompleteWarning
-from ..read.view import TableView
+from ..samples.view import TableView
 from ..state.format import StreamState
 from ..workers import cut
 from ..workers.board import Board

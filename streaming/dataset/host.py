@@ -15,14 +15,14 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from ..core.lifecycle import Guarded
     from ..core.options import Options
     from ..core.progress import Mark, SplitProgress, WorkerReport
     from ..core.stats import Counters, Waits
-    from ..read.view import TableView
+    from ..samples.view import TableView
     from ..state.format import StreamState
     from ..workers.board import Board
 
@@ -37,6 +37,8 @@ __all__ = [
     "mixture_engine",
     "source_engine",
 ]
+
+_Host = TypeVar("_Host")
 
 _ENGINES: weakref.WeakKeyDictionary[object, object] = weakref.WeakKeyDictionary()
 """Facade -> its engine; an entry goes with its facade."""
@@ -63,30 +65,6 @@ def engine_of(facade: object) -> object:
             f"expected a streaming.StreamingDataset or streaming.StreamingMixture, got "
             f"{type(facade).__name__}; build one of those to iterate it with StreamingDataLoader"
         )
-    return engine
-
-
-def dataset_engine(dataset: object) -> DatasetHost:
-    """The engine of a ``StreamingDataset`` (``TypeError`` for anything else)."""
-    engine = engine_of(dataset)
-    if not isinstance(engine, DatasetHost):
-        raise TypeError(f"expected a streaming.StreamingDataset, got {type(dataset).__name__}")
-    return engine
-
-
-def source_engine(dataset: object) -> MixtureSource:
-    """The engine of a ``StreamingDataset`` as a mixture reads it (``TypeError`` else)."""
-    engine = engine_of(dataset)
-    if not isinstance(engine, MixtureSource):
-        raise TypeError(f"expected a streaming.StreamingDataset, got {type(dataset).__name__}")
-    return engine
-
-
-def mixture_engine(mixture: object) -> MixtureHost:
-    """The engine of a ``StreamingMixture`` (``TypeError`` for anything else)."""
-    engine = engine_of(mixture)
-    if not isinstance(engine, MixtureHost):
-        raise TypeError(f"expected a streaming.StreamingMixture, got {type(mixture).__name__}")
     return engine
 
 
@@ -287,3 +265,28 @@ class MixtureSource(LoaderHost, Protocol):
     def adopt(self, view: TableView, progress: Sequence[SplitProgress]) -> None:
         """Swap in a view and progress ``check_load`` validated."""
         ...
+
+
+class _EngineFinder(Generic[_Host]):
+    """``finder(facade)``: the engine of a facade, as the protocol its caller calls it through.
+
+    Raises ``TypeError`` (from ``engine_of``) for anything but a facade, and for a facade
+    of another kind, naming the kind expected.
+    """
+
+    def __init__(self, protocol: type[Any], *, facade: str) -> None:
+        self._protocol, self._facade = protocol, facade
+
+    def __call__(self, facade: object) -> _Host:
+        engine = engine_of(facade)
+        if not isinstance(engine, self._protocol):
+            raise TypeError(f"expected a streaming.{self._facade}, got {type(facade).__name__}")
+        return engine
+
+
+dataset_engine: _EngineFinder[DatasetHost] = _EngineFinder(DatasetHost, facade="StreamingDataset")
+"""The engine of a ``StreamingDataset``, as a loader calls it."""
+source_engine: _EngineFinder[MixtureSource] = _EngineFinder(MixtureSource, facade="StreamingDataset")
+"""The engine of a ``StreamingDataset``, as a mixture reads it."""
+mixture_engine: _EngineFinder[MixtureHost] = _EngineFinder(MixtureHost, facade="StreamingMixture")
+"""The engine of a ``StreamingMixture``, as its loader calls it."""

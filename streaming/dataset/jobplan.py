@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..read import source
-from ..read.table import Table
+from ..tables import source
+from ..tables.table import Table
 
 __all__ = ["check_same_plan", "shares_plan", "shared_filter_index"]
 

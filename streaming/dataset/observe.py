@@ -3,83 +3,109 @@ observability attributes ``lancedb.streaming`` users read, from ``stats()`` (``O
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ..core.options import Options
     from ..core.plan import EpochPlan
-    from .engine import DatasetEngine
+    from ..samples.view import TableView
 
-__all__ = ["Described", "Observed"]
+__all__ = ["Described", "Describing", "Observed"]
+
+
+class Describing(Protocol):
+    """What ``Described`` reads of an engine."""
+
+    @property
+    def options(self) -> Options:
+        """The settings in use."""
+        ...
+
+    @property
+    def view(self) -> TableView:
+        """The view of the snapshot this epoch is planned on."""
+        ...
+
+    @property
+    def splits(self) -> Sequence[int]:
+        """Splits of this rank."""
+        ...
 
 
 class Described:
-    """The read-only settings and plan of a ``StreamingDataset``, read from its engine."""
+    """The read-only settings and plan of a dataset, written once for the engine and for the
+    user's class: each is read from an engine (``_engine_described()``: the engine itself, or
+    the user's dataset's), from its settings (``options``), the view of the snapshot this
+    epoch is planned on (``view``) or its rank's splits (``splits``)."""
 
-    _engine: DatasetEngine
+    def _engine_described(self) -> Describing:
+        """The engine these read: the engine itself, or the user's dataset's."""
+        raise NotImplementedError  # pragma: no cover - provided by the engine and the dataset
 
     @property
     def epoch(self) -> int:
         """The current epoch."""
-        return self._engine.epoch
+        return self._engine_described().view.epoch
 
     @property
     def num_splits(self) -> int:
         """S, the number of splits."""
-        return self._engine.num_splits
+        return self._engine_described().options.num_splits
 
     @property
     def shuffle_seed(self) -> int:
         """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
-        return self._engine.shuffle_seed
+        return self._engine_described().options.shuffle_seed
 
     @property
     def split_length(self) -> int:
         """L, the rows of every split in this epoch."""
-        return self._engine.split_length
+        return self._engine_described().view.plan.split_length
 
     @property
     def plan(self) -> EpochPlan:
         """This epoch's plan (``streaming.core.plan.EpochPlan``): which row sits at each position."""
-        return self._engine.plan
+        return self._engine_described().view.plan
 
     @property
     def rank(self) -> int:
         """This dataset's rank."""
-        return self._engine.rank
+        return self._engine_described().options.rank
 
     @property
     def world_size(self) -> int:
         """The number of ranks."""
-        return self._engine.world_size
+        return self._engine_described().options.world_size
 
     @property
     def columns(self) -> list[str]:
         """The columns read, resolved against the snapshot."""
-        return self._engine.columns
+        return list(self._engine_described().view.columns)
 
     @property
     def table_uri(self) -> str:
         """URI of the table (never includes credentials)."""
-        return self._engine.table_uri
+        return self._engine_described().view.snapshot.uri
 
     @property
     def version(self) -> int:
         """The Lance version read."""
-        return self._engine.version
+        return self._engine_described().view.snapshot.version
 
     @property
     def evaluation(self) -> bool:
         """True for a dataset built for evaluation passes (restarts at every ``iter()``)."""
-        return self._engine.evaluation
+        return self._engine_described().options.evaluation
 
     @property
     def endless(self) -> bool:
         """True for a dataset that moves into the next epoch by itself."""
-        return self._engine.endless
+        return self._engine_described().options.endless
 
     def owned_splits(self) -> list[int]:
         """Splits of this rank: rank, rank + world_size, ..."""
-        return self._engine.owned_splits()
+        return list(self._engine_described().splits)
 
 
 class Observed:

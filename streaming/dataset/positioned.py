@@ -19,13 +19,14 @@ from ..core.lifecycle import Lifecycle
 from ..core.options import Options
 from ..core.order import RankOrder, ShareSlots
 from ..core.ownership import rank_splits
-from ..core.plan import EpochPlan, PlanSettings
+from ..core.plan import PlanSettings
 from ..core.progress import Mark, SplitProgress, WorkerReport, fresh
 from ..core.world import World
-from ..read import source
-from ..read.view import TableView, open_view
+from ..samples.view import TableView, open_view
 from ..state.compat import check_compatible
 from ..state.format import StreamState
+from ..tables import source
+from .observe import Described
 from .topology import agree, simulated_splits
 
 __all__ = ["Positioned"]
@@ -33,7 +34,7 @@ __all__ = ["Positioned"]
 _LOG = logging.getLogger("streaming")
 
 
-class Positioned:
+class Positioned(Described):
     """Where one rank stands in one snapshot's plan, and its checkpoints (package-internal)."""
 
     def __init__(
@@ -74,66 +75,10 @@ class Positioned:
             by_samples=packed,
         )
 
-    # -- what the facade and the mixture read -------------------------------------
+    # -- what the facade and the mixture read (and ``observe.Described``) -------------
 
-    @property
-    def epoch(self) -> int:
-        """The current epoch."""
-        return self._view.epoch
-
-    @property
-    def num_splits(self) -> int:
-        """S, the number of splits."""
-        return self._options.num_splits
-
-    @property
-    def shuffle_seed(self) -> int:
-        """The seed in use (drawn when constructed with ``shuffle_seed=None``)."""
-        return self._options.shuffle_seed
-
-    @property
-    def split_length(self) -> int:
-        """L, the rows of every split in this epoch."""
-        return self._view.plan.split_length
-
-    @property
-    def plan(self) -> EpochPlan:
-        """This epoch's plan (``streaming.core.plan.EpochPlan``): which row sits at each position."""
-        return self._view.plan
-
-    @property
-    def rank(self) -> int:
-        """This dataset's rank."""
-        return self._options.rank
-
-    @property
-    def world_size(self) -> int:
-        """The number of ranks."""
-        return self._options.world_size
-
-    @property
-    def columns(self) -> list[str]:
-        """The columns read, resolved against the snapshot."""
-        return list(self._view.columns)
-
-    @property
-    def table_uri(self) -> str:
-        """URI of the table (never includes credentials)."""
-        return self._view.snapshot.uri
-
-    @property
-    def version(self) -> int:
-        """The Lance version read."""
-        return self._view.snapshot.version
-
-    @property
-    def evaluation(self) -> bool:
-        """True for a dataset built for evaluation passes (restarts at every ``iter()``)."""
-        return self._options.evaluation
-
-    def owned_splits(self) -> list[int]:
-        """Splits of this rank: rank, rank + world_size, ..."""
-        return list(self._rank_splits)
+    def _engine_described(self) -> Positioned:
+        return self
 
     @property
     def options(self) -> Options:
@@ -141,9 +86,14 @@ class Positioned:
         return self._options
 
     @property
-    def endless(self) -> bool:
-        """True for a dataset that moves into the next epoch by itself."""
-        return self._options.endless
+    def view(self) -> TableView:
+        """The view of the snapshot this epoch is planned on (read-only)."""
+        return self._view
+
+    @property
+    def splits(self) -> Sequence[int]:
+        """Splits of this rank: rank, rank + world_size, ... (read-only)."""
+        return self._rank_splits
 
     def length(self) -> int:
         """Samples (or packed blocks) the next iterator of this rank will yield.

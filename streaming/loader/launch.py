@@ -63,14 +63,13 @@ class Launch:
         gathering: Gathering,
         columnar: bool,
         chosen_here: bool,
-        num_workers: int,
         persistent: bool,
         head_start: bool = False,
     ) -> None:
         self._loader_ref = weakref.ref(loader)  # weakly: see ``_loader``
+        num_workers = loader.num_workers
         self._head_start = head_start and num_workers > 0  # see ``loader.headstart``
         self._host = host
-        self.num_workers = num_workers  # the loader's checked settings, handed down
         self.persistent = persistent and num_workers > 0  # workers kept between iterators
         self._collate, self._gathering, self._columnar = collate, gathering, columnar
         # a fork server the loader chose is preloaded; a context the user passed is left alone
@@ -99,6 +98,11 @@ class Launch:
         if loader is None:
             raise RuntimeError("the StreamingDataLoader of this iterator was garbage-collected")
         return loader
+
+    @property
+    def num_workers(self) -> int:
+        """The loader's worker count (kept by the loader alone)."""
+        return self._loader.num_workers
 
     def __getstate__(self) -> dict[str, Any]:
         """A pickled (or deep-copied) loader takes its ``Launch`` along, the loader in place

@@ -3,75 +3,33 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, default_collate, default_convert
 
 from ..core.lifecycle import Guarded
-from ..core.options import Options
 from ..dataset import host as hosts
-from ..dataset.dataset import StreamingDataset
 from ..dataset.host import DatasetHost, LoaderHost
 from ..workers import seeding
 from ..workers.shares import Gathering, single
-from ..workers.worker import ReportingCollate, WorkerInit
+from ..workers.worker import ReportingCollate
 from . import frameworks
 from .iterators import Committing
 from .launch import Launch
-from .settings import EpochSampler, check_picklable, checked_keywords, start_method
+from .registry import served_by
+from .settings import (
+    Build,
+    EpochSampler,
+    check_dataset,
+    check_picklable,
+    checked_keywords,
+    options_of,
+    start_method,
+    untransformed,
+)
 
-__all__ = ["StreamingDataLoader", "serves"]
-
-_Loader = TypeVar("_Loader", bound="StreamingDataLoader")
-
-
-def _check_dataset(dataset: object) -> StreamingDataset:
-    if not isinstance(dataset, StreamingDataset):
-        raise TypeError(
-            f"StreamingDataLoader needs a streaming.StreamingDataset, got {type(dataset).__name__}; "
-            "use torch.utils.data.DataLoader for other datasets"
-        )
-    if type(dataset).__iter__ is not StreamingDataset.__iter__:
-        raise TypeError(
-            f"{type(dataset).__name__} overrides __iter__, so StreamingDataLoader cannot know "
-            "which samples reached the trainer; transform samples with transform= or "
-            "collate_fn= instead of overriding __iter__"
-        )
-    return dataset
-
-
-def _untransformed(dataset: object) -> bool:
-    """Whether ``dataset`` has no ``transform``: only then does the trainer draw the first
-    batches itself (a transform run there would draw from the trainer's own random
-    generators as many times as the start took, and take the trainer's CPU)."""
-    options = _options_of(dataset)
-    return options is not None and options.transform is None
-
-
-def _options_of(dataset: object) -> Options | None:
-    """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
-    return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
-
-
-_SERVED: dict[type, type[StreamingDataLoader]] = {}
-"""Loader classes for other iterables (a mixture's), registered with ``serves``."""
-
-
-def serves(kind: type) -> Callable[[type[_Loader]], type[_Loader]]:
-    """Class decorator: ``StreamingDataLoader(x, ...)`` builds the decorated class when
-    ``x`` is a ``kind`` (same arguments); this module never imports it.
-
-    A registered class shares ``__init__`` and ``__iter__`` and overrides the hooks
-    ``_accept``, ``_engine_for``, ``_fit``, ``_columnar_for``, ``_collate_for`` and
-    ``_new_iterator`` where its iterable differs.
-    """
-
-    def register(loader: type[_Loader]) -> type[_Loader]:
-        _SERVED[kind] = loader
-        return loader
-
-    return register
+__all__ = ["StreamingDataLoader"]
 
 
 class StreamingDataLoader(DataLoader[Any]):
@@ -135,15 +93,13 @@ class StreamingDataLoader(DataLoader[Any]):
     # Accelerator.prepare keeps this loader; save_state/load_state use its state_dict()
     _is_accelerate_prepared = frameworks.ACCELERATE_FLAGS["_is_accelerate_prepared"]
     use_stateful_dataloader = frameworks.ACCELERATE_FLAGS["use_stateful_dataloader"]
+    _workers: int  # ``num_workers``, set once by DataLoader's ``__init__``
 
     def __new__(cls, dataset: Any = None, *args: Any, **kwargs: Any) -> StreamingDataLoader:
         """A registered kind of dataset (a ``StreamingMixture``) gets its own loader."""
         del args, kwargs
-        if cls is StreamingDataLoader:
-            for kind, loader in _SERVED.items():
-                if isinstance(dataset, kind):
-                    return super().__new__(loader)
-        return super().__new__(cls)
+        served = served_by(dataset) if cls is StreamingDataLoader else None
+        return super().__new__(cls if served is None else served)
 
     def __init__(
         self,
@@ -170,38 +126,53 @@ class StreamingDataLoader(DataLoader[Any]):
     ) -> None:
         dataset = self._accept(dataset)
         given = checked_keywords(locals())  # DataLoader's keywords, checked; len_counts too
-        batch_size, num_workers = given["batch_size"], given["num_workers"]
-        columnar = self._columnar_for(
-            dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=batch_sampler
-        )
-        chosen_here = num_workers > 0 and multiprocessing_context is None
-        if num_workers > 0:
-            given["multiprocessing_context"] = start_method(multiprocessing_context)
-        self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
-        collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
-        collate.transforming = seeding.transforming(_options_of(dataset))  # for a seeding worker_init_fn
-        torch_keywords: dict[str, Any] = {
-            **given,
-            "batch_size": None,  # each item is one process's share of a batch (``Share``)
-            "collate_fn": collate,
-            "drop_last": False,
-            "worker_init_fn": WorkerInit(worker_init_fn) if num_workers > 0 else worker_init_fn,
-        }
-        super().__init__(dataset, **torch_keywords)
-        settled = {"collate": collate, "finish": finish, "columnar": columnar, "here": chosen_here}
-        self._settle(dataset, given, head_start=bool(head_start), **settled)
-        self._len_counts = len_counts
+        build = self._prepare(dataset, given, head_start=bool(head_start), len_counts=len_counts)
+        super().__init__(dataset, **build.torch_keywords())
+        self._settle(dataset, build)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        """As torch refuses ``batch_size`` after construction, ``num_workers`` is refused too:
-        the loader checked the split ownership for it and hands it to its workers."""
-        if name == "num_workers" and "_launch" in self.__dict__ and value != self.num_workers:
+    @property
+    def num_workers(self) -> int:  # type: ignore[override]
+        """The worker count the loader was built with (torch's DataLoader reads it here).
+
+        Fixed: setting another count raises ``ValueError`` (each worker's splits were
+        checked for this one); build a new loader instead."""
+        return self._workers
+
+    @num_workers.setter
+    def num_workers(self, value: int) -> None:
+        """Set once, by DataLoader's ``__init__``. As torch refuses ``batch_size`` after
+        construction, another count is refused: each worker's splits were checked for it."""
+        if "_workers" in self.__dict__ and value != self._workers:
             raise ValueError(
-                f"num_workers is fixed when a StreamingDataLoader is built (it was {self.num_workers}, "
+                f"num_workers is fixed when a StreamingDataLoader is built (it was {self._workers}, "
                 f"got {value!r}): each worker's splits were checked for it; build a new "
                 f"StreamingDataLoader(dataset, num_workers={value!r}) instead"
             )
-        super().__setattr__(name, value)
+        self._workers = value
+
+    def _prepare(self, dataset: Any, given: dict[str, Any], *, head_start: bool, len_counts: str) -> Build:
+        """What is decided before DataLoader's ``__init__``: whether batches are columnar,
+        the start method (never fork), that the dataset serves the batch size and worker
+        count (``_fit``), and the collation."""
+        batch_size, num_workers, collate_fn = given["batch_size"], given["num_workers"], given["collate_fn"]
+        columnar = self._columnar_for(
+            dataset, collate_fn=collate_fn, batch_size=batch_size, batch_sampler=given["batch_sampler"]
+        )
+        chosen_here = num_workers > 0 and given["multiprocessing_context"] is None
+        if num_workers > 0:
+            given["multiprocessing_context"] = start_method(given["multiprocessing_context"])
+        self._fit(dataset, batch_size=batch_size, num_workers=num_workers)
+        collate, finish = self._collation(collate_fn, given=given, columnar=columnar)
+        collate.transforming = seeding.transforming(options_of(dataset))  # for a seeding worker_init_fn
+        return Build(
+            given,
+            collate=collate,
+            finish=finish,
+            columnar=columnar,
+            chosen_here=chosen_here,
+            head_start=head_start,
+            len_counts=len_counts,
+        )
 
     def _collation(
         self, collate_fn: Callable[[Any], Any] | None, *, given: dict[str, Any], columnar: bool
@@ -218,28 +189,17 @@ class StreamingDataLoader(DataLoader[Any]):
         collate.raw = finish is not None
         return collate, finish
 
-    def _settle(
-        self,
-        dataset: Any,
-        given: dict[str, Any],
-        *,
-        collate: Any,
-        finish: Callable[[Any], Any] | None,
-        columnar: bool,
-        here: bool,
-        head_start: bool,
-    ) -> None:
+    def _settle(self, dataset: Any, build: Build) -> None:
         """After DataLoader's ``__init__``: the user's ``batch_size`` and ``drop_last``, the
-        epoch sampler, the engine, and the launch that starts and gathers the batches
-        (``here``: the start method was chosen by the loader, not the user; ``head_start``:
-        the user's keyword)."""
+        epoch sampler, the engine, and the launch that starts and gathers the batches."""
+        given = build.given
         object.__setattr__(self, "sampler", EpochSampler(dataset))
         object.__setattr__(self, "batch_size", given["batch_size"])  # what the user asked for
         object.__setattr__(self, "drop_last", given["drop_last"])  # kept by the loader's iterator
         gathering = Gathering(
             batch_size=given["batch_size"] or 1,
             drop_last=given["drop_last"],
-            finish=finish,
+            finish=build.finish,
             pin=given["pin_memory"] and torch.cuda.is_available(),
             pin_device=given["pin_memory_device"] or None,
         )
@@ -248,15 +208,15 @@ class StreamingDataLoader(DataLoader[Any]):
         self._launch = Launch(
             self,
             self._host,
-            collate=collate,
+            collate=build.collate,
             gathering=gathering,
-            columnar=columnar,
-            chosen_here=here,
-            num_workers=given["num_workers"],
+            columnar=build.columnar,
+            chosen_here=build.chosen_here,
             persistent=given["persistent_workers"],
-            head_start=self._head_start and head_start and _untransformed(dataset),
+            head_start=self._head_start and build.head_start and untransformed(dataset),
         )
-        self._columnar = columnar  # whole columnar batches (read by tests)
+        self._columnar = build.columnar  # whole columnar batches (read by tests)
+        self._len_counts = build.len_counts
 
     # -- hooks a loader registered with ``serves`` overrides ---------------------
 
@@ -265,7 +225,7 @@ class StreamingDataLoader(DataLoader[Any]):
 
     def _accept(self, dataset: Any) -> Any:
         """The dataset, checked to be one this class iterates."""
-        return _check_dataset(dataset)
+        return check_dataset(dataset)
 
     def _engine_for(self, dataset: Any) -> LoaderHost:
         """The engine this loader iterates (see ``dataset.host``)."""

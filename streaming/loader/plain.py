@@ -77,7 +77,7 @@ class PlainBatches:
     """
 
     def __init__(self, source: Iterator[Any], *, batch_size: int, drop_last: bool) -> None:
-        from ..read.assemble import finish  # not at import: the fork server's preload stays free of Lance
+        from ..samples.collated import finish  # not at import: the fork server's preload stays free of Lance
 
         self._source, self._finish = source, finish
         self._batch_size, self._drop_last = batch_size, drop_last

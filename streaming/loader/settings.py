@@ -1,8 +1,9 @@
-"""What a ``StreamingDataLoader`` checks of its arguments, and the sampler it installs.
+"""What a ``StreamingDataLoader`` checks of its arguments, how it is put together
+(``Build``), and the sampler it installs.
 
 Shared by the loader of a dataset and the loader of a mixture (``mixture/loader.py``):
-the start method (never fork), the refused DataLoader options, the counts, what
-``len()`` counts, and that the functions workers run can be pickled.
+the dataset, the start method (never fork), the refused DataLoader options, the counts,
+what ``len()`` counts, and that the functions workers run can be pickled.
 """
 
 from __future__ import annotations
@@ -11,24 +12,33 @@ import multiprocessing
 import numbers
 import operator
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import Sampler
 
+from ..core.options import Options
+from ..dataset import host as hosts
+from ..dataset.dataset import StreamingDataset
 from ..dataset.host import LoaderHost
+from ..workers.worker import WorkerInit
 
 __all__ = [
     "DATALOADER_KEYWORDS",
     "LEN_COUNTS",
     "SAFE_METHODS",
+    "Build",
     "EpochSampler",
+    "check_dataset",
     "check_len_counts",
     "check_options",
     "check_picklable",
     "checked_keywords",
     "checked_numbers",
+    "options_of",
     "start_method",
+    "untransformed",
 ]
 
 SAFE_METHODS = ("forkserver", "spawn")
@@ -53,6 +63,33 @@ DATALOADER_KEYWORDS = (
 )
 """The ``torch.utils.data.DataLoader`` keywords ``StreamingDataLoader`` takes (``dataset``
 aside) and hands on to it, changed where the loader needs to (``checked_keywords``)."""
+
+
+@dataclass(frozen=True)
+class Build:
+    """How one loader is put together, decided before torch's ``DataLoader.__init__``."""
+
+    given: dict[str, Any]  # the DataLoader keywords, checked, with the start method chosen
+    collate: Any  # the DataLoader's collate_fn: one process's share, with its report
+    finish: Callable[[Any], Any] | None  # what the trainer finishes a whole batch with
+    columnar: bool  # the dataset may yield whole columnar batches
+    chosen_here: bool  # the loader chose the start method (not the user)
+    head_start: bool  # the user's keyword
+    len_counts: str  # the user's keyword (checked)
+
+    def torch_keywords(self) -> dict[str, Any]:
+        """What torch's ``DataLoader.__init__`` gets besides the dataset: each item is one
+        process's share of a batch, collated by ``collate``; batching and dropping are the
+        loader's own."""
+        workers = self.given["num_workers"]
+        init = self.given["worker_init_fn"]
+        return {
+            **self.given,
+            "batch_size": None,  # each item is one process's share of a batch (``Share``)
+            "collate_fn": self.collate,
+            "drop_last": False,
+            "worker_init_fn": WorkerInit(init) if workers > 0 else init,
+        }
 
 
 def start_method(context: Any) -> Any:
@@ -154,6 +191,35 @@ def checked_keywords(values: Mapping[str, Any]) -> dict[str, Any]:
     check_options(in_order=given["in_order"], batch_size=given["batch_size"], drop_last=given["drop_last"])
     check_len_counts(values["len_counts"])
     return given
+
+
+def check_dataset(dataset: object) -> StreamingDataset:
+    """``dataset``, checked to be a ``StreamingDataset`` whose samples the loader can count."""
+    if not isinstance(dataset, StreamingDataset):
+        raise TypeError(
+            f"StreamingDataLoader needs a streaming.StreamingDataset, got {type(dataset).__name__}; "
+            "use torch.utils.data.DataLoader for other datasets"
+        )
+    if type(dataset).__iter__ is not StreamingDataset.__iter__:
+        raise TypeError(
+            f"{type(dataset).__name__} overrides __iter__, so StreamingDataLoader cannot know "
+            "which samples reached the trainer; transform samples with transform= or "
+            "collate_fn= instead of overriding __iter__"
+        )
+    return dataset
+
+
+def untransformed(dataset: object) -> bool:
+    """Whether ``dataset`` has no ``transform``: only then does the trainer draw the first
+    batches itself (a transform run there would draw from the trainer's own random
+    generators as many times as the start took, and take the trainer's CPU)."""
+    options = options_of(dataset)
+    return options is not None and options.transform is None
+
+
+def options_of(dataset: object) -> Options | None:
+    """The settings of a ``StreamingDataset`` (``None`` for a registered kind's iterable)."""
+    return hosts.dataset_engine(dataset).options if isinstance(dataset, StreamingDataset) else None
 
 
 def check_picklable(keyword: str, function: object) -> None:

@@ -19,7 +19,8 @@ from ..dataset.host import LoaderHost, MixtureHost
 from ..loader.headstart import HeadStart
 from ..loader.iterators import BatchIterator
 from ..loader.launch import Launch
-from ..loader.loader import StreamingDataLoader, serves
+from ..loader.loader import StreamingDataLoader
+from ..loader.registry import serves
 from ..workers.shares import Shares
 from .mixture import StreamingMixture
 
@@ -113,14 +114,13 @@ class _MixtureBatches(BatchIterator):
     def __init__(self, loader: MixtureLoader, launch: Launch, mixture: MixtureHost) -> None:
         super().__init__(loader, launch)
         self._mixture = mixture
-        self._workers = launch.num_workers
 
     def _shares_of(self, batches: Iterator[Any] | HeadStart) -> Shares:
         """Every process's shares, sorted and assembled, with workers or without (the
         mixture's batches never take ``Launch.shares``' plain path nor a head start)."""
         if isinstance(batches, HeadStart):
             raise TypeError("a mixture's loader starts its workers without a head start")
-        return Shares(batches, workers=self._workers)
+        return Shares(batches, workers=self._launch.num_workers)
 
     def _draw(self) -> Any:
         while True:
@@ -130,7 +130,7 @@ class _MixtureBatches(BatchIterator):
 
     def _delivered(self, drawn: Any) -> Any:
         items, batch = drawn
-        if self._workers > 0:  # with none, the mixture's own iterator moved it
+        if self._launch.num_workers > 0:  # with none, the mixture's own iterator moved it
             self._mixture.commit_step()
             for item in items:
                 if item.report is not None:

@@ -20,8 +20,9 @@ import numpy as np
 
 from ..core.plan import digest
 from ..core.world import World
-from ..read.reader import SplitReaders, Window, open_readers
-from ..read.rows import Rows
+from ..samples.reader import SplitReaders, open_readers
+from ..samples.rows import Rows
+from ..samples.window import Window
 from .schedule import Segment, Step
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ def try_blob_encoding(
 ) -> tuple[trials.Candidate, Measured | BaseException, trials.Noise | None]:
     """Write the two copies (``rows`` rows, at most ``COPY_BYTES``), ``run`` each (three
     times the copy as stored); the candidate, the blob copy's run and the plain copy's noise."""
-    from ..read.copies import write_copy
+    from ..tables.copies import write_copy
 
     candidate = blob_candidate(columns)
     folder = tempfile.mkdtemp(prefix="lance-streaming-blobs-")

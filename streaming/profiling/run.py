@@ -258,7 +258,7 @@ def _handle(dataset: Any, settings: dict[str, Any]) -> Any:
 
 
 def _open(uri: str, version: int, settings: dict[str, Any]) -> Any:
-    from ..read.source import Snapshot, open_snapshot
+    from ..tables.source import Snapshot, open_snapshot
 
     return open_snapshot(Snapshot(uri, version, settings.get("storage_options")))
 

@@ -10,7 +10,7 @@ worker's shares into DataLoader messages; ``worker`` is what runs in each worker
 a seeding ``worker_init_fn``; ``shares`` gathers one share per worker for each
 batch in the trainer and ``assembly`` lays them into the batch; ``board`` posts the
 committed position to persistent workers; ``watchdog`` ends a worker with its
-trainer; ``supervisor`` names a dead worker at once. Imports ``core`` and ``read``.
+trainer; ``supervisor`` names a dead worker at once. Imports ``core``, ``tables`` and ``samples``.
 """
 
 __all__: list[str] = []

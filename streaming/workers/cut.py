@@ -60,7 +60,7 @@ class Share:
     """One process's share of one loader batch.
 
     ``items`` is a list of samples, or (``columnar``) per-column pieces for
-    ``read.assemble.finish``; ``slots`` says where each of them goes in the batch
+    ``samples.collated.finish``; ``slots`` says where each of them goes in the batch
     of ``size`` samples. ``count`` is ``len(slots)``; 0 for a process with no
     sample in this batch.
     """
@@ -109,7 +109,7 @@ def cut_shares(
     early (rows a transform dropped) gives shorter shares at the end.
 
     ``parted``: the stream walks every sample of the rank and reads only one
-    ``Part``'s rows (``read.rows.NOT_MINE`` for the others', a ``PartedBatch`` of
+    ``Part``'s rows (``samples.rows.NOT_MINE`` for the others', a ``PartedBatch`` of
     columns), so each share's slots are where its rows fall in the batch.
     """
     if parted:
@@ -138,7 +138,7 @@ def _parted_shares(
     plan: ShareSlots, stream: Callable[[Sizes | None], Iterator[Any]], *, columnar: bool
 ) -> Generator[Share, None, None]:
     """``cut_shares`` of a stream of one ``Part``'s rows: every batch is asked of it whole."""
-    from ..read.rows import NOT_MINE
+    from ..samples.rows import NOT_MINE
 
     sizes = Sizes() if columnar else None
     source = stream(sizes)

@@ -103,7 +103,7 @@ class Gathering:
     def _columns(self, shares: list[SentShare], size: int) -> Any:
         """The batch of columnar shares: numeric columns copied once, from the workers'
         shared-memory slots into the batch (then the slots are free again)."""
-        from ..read.assemble import to_tensors
+        from ..samples.collated import to_tensors
 
         try:
             slots, size = assembly.compact([item.slots for item in shares], size)

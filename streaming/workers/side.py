@@ -22,7 +22,7 @@ from typing import Any
 
 from ..core.progress import SplitProgress, WorkerReport
 from ..core.world import World
-from ..read import source
+from ..tables import source
 from . import cut, watchdog
 from .board import STOP, Board
 

@@ -74,7 +74,7 @@ class SentShare:
             return byvalue.unpack(self.batch)
         if not self.numpy:
             return self.batch
-        from ..read.assemble import to_tensors
+        from ..samples.collated import to_tensors
 
         batch = self.batch
         if self.parcel is not None:
@@ -106,7 +106,7 @@ class SentShare:
 def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """A share's columns with those of its slot put back: arrays as they lie there, packed
     strings and binaries (``spans.Spans``) unpacked into new values."""
-    from ..read.spans import Spans, unpack
+    from ..samples.spans import Spans, unpack
 
     return {
         key: unpack(arrays[key], value) if isinstance(value, Spans) else arrays.get(key, value)
@@ -189,8 +189,8 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
-        from ..read.assemble import finish, layout, to_tensors, wide_columns
-        from ..read.spans import Spans
+        from ..samples.collated import finish, layout, to_tensors, wide_columns
+        from ..samples.spans import Spans
 
         if not world.in_worker:
             return share(finish(item.items), None)

@@ -21,7 +21,7 @@ from streaming.core.profiles import (
     profile_for,
     sized,
 )
-from streaming.read import source
+from streaming.tables import source
 
 from helpers import make_table
 

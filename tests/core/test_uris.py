@@ -6,7 +6,7 @@ import pytest
 
 from streaming.core.profiles import choose_profile
 from streaming.core.uris import kind_of, scheme_of
-from streaming.read.connect import is_db_uri
+from streaming.tables.connect import is_db_uri
 
 KINDS = [
     # (uri, scheme, kind, the profile storage_profile="auto" picks)

@@ -19,7 +19,7 @@ import pytest
 
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.core.profiles import PROFILES, WIDE_BLOCK_BYTES, sized
-from streaming.read import source
+from streaming.tables import source
 from streaming.testing import LanceDBStandIn
 
 from helpers import ids_of

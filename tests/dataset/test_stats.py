@@ -148,7 +148,7 @@ def test_worker_queue_figures_drop_to_zero_when_their_iterator_is_gone(tmp_path)
 def _walked_gauges(readers) -> dict[str, int]:
     """The gauges as a walk of every current window and scheduled read finds them
     (what ``SplitReaders`` computed on each read before it kept running counts)."""
-    from streaming.read.transformed import TransformedRows
+    from streaming.samples.transformed import TransformedRows
 
     raw = ready = 0
     for split, window in readers._current.items():
@@ -178,7 +178,7 @@ def test_running_gauges_equal_a_walk_of_every_window(tmp_path, transform):
     """At every step of reading (takes, skips, give-backs, new windows), the gauges kept
     as running counts equal those a walk of every window and read computes; with a
     transform, whose threads move rows from raw to ready meanwhile, their sum does."""
-    from streaming.read.reader import open_readers
+    from streaming.samples.reader import open_readers
 
     uri = make_table(tmp_path / "t.lance", [50, 40, 30], deleted=[1, 2])
     data = StreamingDataset(uri, num_splits=3, block_rows=4, shuffle_buffer_size=16, transform=transform)

@@ -1,5 +1,5 @@
 """A training run over a table on object storage with the local cache, in a process of
-its own (one gloo rank of several with ``--world-size``), launched by tests/read/test_cache.py.
+its own (one gloo rank of several with ``--world-size``), launched by tests/tables/test_cache.py.
 
 The storage options come in the ``CACHE_TEST_OPTIONS`` environment variable (JSON),
 never on the command line. Every delivered batch goes to ``--out`` as a JSON line

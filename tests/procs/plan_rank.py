@@ -12,13 +12,13 @@ import json
 
 import torch.distributed as dist
 
-import streaming.read.source
+import streaming.tables.source
 from streaming import StreamingDataLoader, StreamingDataset
 
 import rank
 
 scans = 0
-original = streaming.read.source.build_filter_index
+original = streaming.tables.source.build_filter_index
 
 
 def counted(*args, **kwargs):
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--version-on-rank1", type=int, default=None)
     parser.add_argument("--seed-on-rank1", type=int, default=4)
     args = parser.parse_args()
-    streaming.read.source.build_filter_index = counted
+    streaming.tables.source.build_filter_index = counted
     rank.join(args)
     report: dict = {}
     try:

@@ -1,4 +1,4 @@
-"""One gloo rank training on a remote table of the LanceDB stand-in, launched by tests/read/test_remote.py.
+"""One gloo rank training on a remote table of the LanceDB stand-in, launched by tests/tables/test_remote.py.
 
 The API key comes from the environment (``REMOTE_RANK_API_KEY``), as a job's secret
 would. The rank logs the streaming logger at DEBUG, prints its dataset, saves a

@@ -57,10 +57,11 @@ MADE_UP = [
     ("an import points up", {"core/made_up.py": "from ..loader.loader import StreamingDataLoader"}),
     ("an import points up", {"core/made_up.py": "from .. import StreamingDataLoader"}),
     ("an import points up", {"core/made_up.py": "from streaming import StreamingMixture"}),
-    ("an import points up", {"read/made_up.py": "from .. import dataset"}),
+    ("an import points up", {"samples/made_up.py": "from .. import dataset"}),
+    ("an import points up", {"tables/made_up.py": "from ..samples import rows"}),
     ("an import points up", {"state/made_up.py": "from ..loader import loader"}),
     ("an import points up", {"dataset/made_up.py": "import streaming.loader.launch"}),
-    ("an import points up", {"read/made_up.py": "def f():\n    from streaming import __version__"}),
+    ("an import points up", {"tables/made_up.py": "def f():\n    from streaming import __version__"}),
     (
         "an import points up",
         {"core/made_up.py": "import importlib\nimportlib.import_module('..loader.loader', __package__)"},
@@ -70,8 +71,9 @@ MADE_UP = [
     ("an import points up", {"__init__.py": "from .testing import LanceDBStandIn"}),
     ("a base module imports the package", {"errors.py": "from .core.plan import EpochPlan"}),
     ("an import cycle", {"core/made_a.py": "from . import made_b", "core/made_b.py": "from . import made_a"}),
-    ("Lance outside read/", {"dataset/made_up.py": "import lance"}),
-    ("Lance outside read/", {"cli/made_up.py": "import lancedb"}),
+    ("Lance outside tables/ and samples/", {"dataset/made_up.py": "import lance"}),
+    ("Lance outside tables/ and samples/", {"cli/made_up.py": "import lancedb"}),
+    ("Lance outside tables/ and samples/", {"workers/made_up.py": "import lance"}),
     ("torch or Lance in a pure wing", {"core/made_up.py": "import torch"}),
     ("torch or Lance in a pure wing", {"state/made_up.py": "from lance import LanceDataset"}),
     ("a private name imported", {"dataset/made_up.py": "from ..core.plan import _made_up"}),
@@ -112,7 +114,7 @@ def test_the_checker_finds_a_made_up_violation(rule, sources):
 
 
 def test_the_checker_passes_a_clean_made_up_module():
-    found = [use for use in uses_with({"read/made_up.py": CLEAN}) if use.path == "read/made_up.py"]
+    found = [use for use in uses_with({"tables/made_up.py": CLEAN}) if use.path == "tables/made_up.py"]
     assert {use.target for use in found if use.kind == "package"} >= {
         "streaming.errors",
         "streaming.state.format",
@@ -147,7 +149,7 @@ def test_the_testing_wing_is_on_top_and_may_import_lance():
         ("from ..mixture import loader", "streaming.mixture.loader"),
         ("from ..dataset.host import Options", "streaming.core.options"),
         ("from ..cli import main", "streaming.cli"),
-        ("__import__('streaming.read.view')", "streaming.read.view"),
+        ("__import__('streaming.samples.view')", "streaming.samples.view"),
         ("from importlib import import_module\nimport_module('..state', __package__)", "streaming.state"),
     ],
 )

@@ -6,9 +6,9 @@ the following indented lines). Checked against ``streaming/``: every module the
 tree or the page names exists; every module of a wing (but ``__init__`` and
 ``__main__``) is listed in the wing's tree entry and named (as `` `module` ``) in its
 paragraph under "The wings"; each paragraph's "Imports ..." sentence names exactly
-the wings its modules import; and the read wing's entry notes "imports Lance" on
-exactly the modules that import Lance. A failure names the module and the place of
-the page to add it to.
+the wings its modules import; and the entries of the wings that talk to Lance
+(``tables/``, ``samples/``) note "imports Lance" on exactly the modules that import
+Lance. A failure names the module and the place of the page to add it to.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from import_graph import LANCE, LAYERS, PACKAGE, USES, wing
+from import_graph import LANCE, LANCE_WINGS, LAYERS, PACKAGE, USES, wing
 
 PAGE = PACKAGE.parent / "docs" / "architecture.md"
 TEXT = PAGE.read_text()
@@ -29,7 +29,7 @@ ITEM = re.compile(r"(\w+)(?:\s*\(([^)]*)\))?")
 
 @dataclass(frozen=True)
 class Entry:
-    name: str  # "errors.py" or "read/"
+    name: str  # "errors.py" or "tables/"
     text: str  # the description, continuation lines joined
 
     def listed(self) -> dict[str, str]:
@@ -44,7 +44,7 @@ class Entry:
 
 
 def tree() -> dict[str, Entry]:
-    """The entries of the page's tree, by name (``errors.py``, ``read/``)."""
+    """The entries of the page's tree, by name (``errors.py``, ``tables/``)."""
     block = TEXT.split("```text\nstreaming/\n", 1)[1].split("```", 1)[0]
     entries: dict[str, list[str]] = {}
     current: list[str] = []
@@ -136,16 +136,17 @@ def test_the_paragraph_of_a_wing_names_the_wings_it_imports(name):
     )
 
 
-def test_the_tree_notes_exactly_the_modules_that_import_lance():
-    noted = {module for module, note in TREE["read/"].listed().items() if "imports Lance" in note}
+@pytest.mark.parametrize("name", LANCE_WINGS)
+def test_the_tree_notes_exactly_the_modules_that_import_lance(name):
+    noted = {module for module, note in TREE[f"{name}/"].listed().items() if "imports Lance" in note}
     importing = {
         use.name.rpartition(".")[2]
         for use in USES
-        if use.kind == "external" and use.target in LANCE and wing(use.name) == "read"
+        if use.kind == "external" and use.target in LANCE and wing(use.name) == name
     }
     unnoted = [f"{module} (imports Lance)" for module in sorted(importing - noted)]
-    assert not unnoted, f"{PAGE.name}: the tree's entry read/ should say {unnoted}"
+    assert not unnoted, f"{PAGE.name}: the tree's entry {name}/ should say {unnoted}"
     assert noted <= importing, (
-        f"{PAGE.name}: the tree's entry read/ notes 'imports Lance' on {sorted(noted - importing)}, "
+        f"{PAGE.name}: the tree's entry {name}/ notes 'imports Lance' on {sorted(noted - importing)}, "
         "which import no Lance"
     )

@@ -48,7 +48,7 @@ INTERNAL_ALLOWED = {
     "no table behind it; only the pure plan can be built without one",
     ("suites/remote_table.py", "streaming.core.plan"): "times the pure plan of a 100M-row remote table, "
     "which the suite does not write",
-    ("suites/remote_table.py", "streaming.read.remote"): "FRAGMENT_ROWS: how the remote reader cuts a "
+    ("suites/remote_table.py", "streaming.tables.remote"): "FRAGMENT_ROWS: how the remote reader cuts a "
     "table into fragments, so the 100M-row plan is the one a reader would build",
     ("cases/width_probe.py", "streaming.loader.launch"): "PRELOAD: what the fork server imports for "
     "every worker; the probe times those imports in a fresh interpreter (the floor of a k>0 first "

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "streaming"
 LAYERS = (
     "core",
     "state",
-    "read",
+    "tables",
+    "samples",
     "workers",
     "dataset",
     "loader",
@@ -37,15 +38,19 @@ APP = {"cli", "distributed", "demo", "__main__"}
 """What users run and import (with the package root): on top of everything."""
 
 LANCE = ("lance", "lancedb")
+LANCE_WINGS = ("tables", "samples")
+"""The wings that talk to Lance and to LanceDB servers: the kinds of table and their caches
+(``tables``: the only modules that import Lance today), and the making of samples
+(``samples``), which reads tables through ``tables``."""
 PURE = ("core", "state")
 """Wings that import neither torch nor Lance."""
 
-LANCE_OUTSIDE_READ = {
+LANCE_OUTSIDE_WINGS = {
     "streaming.demo": "it builds its table with lancedb like a user would; it is an application",
     "streaming.testing": "the LanceDB server stand-in answers from real Lance tables through Lance's "
     "own engine, and hands a test lancedb's client; nothing of the package imports it",
 }
-"""Modules, or whole wings, that import Lance or lancedb outside ``read/``, with why."""
+"""Modules, or whole wings, that import Lance or lancedb outside ``LANCE_WINGS``, with why."""
 
 OWN = {"self", "cls", "os"}
 """Names whose private members a module may read: its own object's, and ``os._exit``
@@ -58,10 +63,10 @@ DYNAMIC = {"import_module", "importlib.import_module", "__import__"}
 PRIVATE_MEMBERS_ALLOWED = {
     ("workers/assembly.py", "first._fields"): "a namedtuple's documented field names",
     ("workers/supervisor.py", "supervisor._workers"): "its own module's class, made by supervise() there",
-    ("read/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
-    ("read/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
+    ("tables/source.py", "FilterIndex._FIELDS"): "its own module's class, rebuilt by the unpickler there",
+    ("tables/source.py", "index._folder"): "its own module's class, rebuilt by the unpickler there",
     (
-        "read/cached.py",
+        "tables/snapshotcache.py",
         "handle._ds",
     ): "pylance's; the pinned version's manifest bytes, which lance.LanceDataset(serialized_manifest=) "
     "takes back (pylance's own pickling reads them the same way)",
@@ -249,9 +254,9 @@ def base_imports_ours(use: Use) -> bool:
     return use.kind == "package" and wing(use.name) == "base" and use.target != use.name
 
 
-def lance_outside_read(use: Use) -> bool:
-    excepted = any(use.name == name or use.name.startswith(f"{name}.") for name in LANCE_OUTSIDE_READ)
-    outside = wing(use.name) != "read" and not excepted
+def lance_outside_its_wings(use: Use) -> bool:
+    excepted = any(use.name == name or use.name.startswith(f"{name}.") for name in LANCE_OUTSIDE_WINGS)
+    outside = wing(use.name) not in LANCE_WINGS and not excepted
     return use.kind == "external" and use.target in LANCE and outside
 
 
@@ -302,7 +307,7 @@ RULES: dict[str, Callable[[list[Use]], list[str]]] = {
     "an import points up": each(points_up),
     "a base module imports the package": each(base_imports_ours),
     "an import cycle": cycles,
-    "Lance outside read/": each(lance_outside_read),
+    "Lance outside tables/ and samples/": each(lance_outside_its_wings),
     "torch or Lance in a pure wing": each(heavy_in_pure),
     "a private name imported": each(private_name_imported),
     "a private member of another object": each(private_member_read),

@@ -1,7 +1,7 @@
 """``streaming.testing.LanceDBStandIn``: what the helper itself promises its users.
 
 What the stand-in answers is tested where it is used: the remote reads in
-``tests/read/test_remote.py`` and ``test_remote_faults.py``, the command line in
+``tests/tables/test_remote.py`` and ``test_remote_faults.py``, the command line in
 ``tests/cli/test_cli_remote.py``. Here: nothing starts at import or construction,
 ``import streaming`` never loads the wing, the server is a process of its own with
 the key in its environment only, it ends with the process that started it, and the

@@ -16,7 +16,7 @@ import pytest
 from streaming import StreamingDataLoader, StreamingDataset
 from streaming.core.world import World
 from streaming.dataset.host import dataset_engine
-from streaming.read.assemble import finish
+from streaming.samples.collated import finish
 
 from helpers import make_table
 

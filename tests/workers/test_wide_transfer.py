@@ -1,4 +1,4 @@
-"""Wide strings and binaries through the workers' shared-memory slots (read/spans.py,
+"""Wide strings and binaries through the workers' shared-memory slots (samples/spans.py,
 workers/transfer.py): the values written, the same batches at every worker count, and
 the pipe for a share that outgrows its slot."""
 
