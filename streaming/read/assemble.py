@@ -15,30 +15,20 @@ which makes the same lists of them (``collate_values``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyarrow as pa
 
 from ..core.progress import Cursor
 from . import spans
 from .iterate import CHUNK_ROWS, lowest_level
 from .reader import SplitReaders, Window, WindowSource, open_readers
-from .rows import ByteValues, Rows, gather
+from .rows import Rows, gather
 
-__all__ = [
-    "PartedBatch",
-    "collate_values",
-    "finish",
-    "iterate_batches",
-    "layout",
-    "packed_columns",
-    "to_tensors",
-]
+__all__ = ["PartedBatch", "collate_values", "finish", "iterate_batches", "layout", "to_tensors"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -284,7 +274,7 @@ def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int,
     without copying a row (so a worker can hand ``finish`` the arrays to fill)."""
     found: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
     for name, parts in pieces.items():
-        packed = _byte_pieces(parts)
+        packed = spans.pieces(parts)
         if packed is not None:  # packed: offsets, then the values (``spans``)
             found[name] = (np.dtype(np.uint8), (spans.size(packed),))
             continue
@@ -301,70 +291,28 @@ def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int,
     return found
 
 
-def packed_columns(pieces: dict[str, list[Any]]) -> frozenset[str]:
-    """The columns ``layout`` packs (strings and binaries): their bytes vary by batch."""
-    return frozenset(name for name, parts in pieces.items() if _byte_pieces(parts) is not None)
-
-
-_PYTHON_KINDS: dict[type, pa.DataType] = {str: pa.large_string(), bytes: pa.large_binary()}
-
-
-def _byte_pieces(parts: list[Any]) -> list[tuple[ByteValues, np.ndarray]] | None:
-    """A column's pieces as (read column, rows) when all are strings, or all binaries: gathered
-    from a read (``ByteValues``), or lists of ``str`` / ``bytes`` / ``None`` (gathered already:
-    a lagged resume's, a mixture's), made Arrow here."""
-    read = [part for part in parts if isinstance(part, _Gathered) and isinstance(part.column, ByteValues)]
-    lists = [part for part in parts if type(part) is list]
-    if not parts or len(read) + len(lists) != len(parts) or len({part.column.text for part in read}) > 1:
-        return None
-    kind = (str if read[0].column.text else bytes) if read else _python_kind(lists)
-    if lists and (
-        kind is None or any(type(value) is not kind and value is not None for part in lists for value in part)
-    ):
-        return None
-    return [
-        (part.column, part.indices)
-        if isinstance(part, _Gathered)
-        else (
-            ByteValues(pa.chunked_array([pa.array(part, _PYTHON_KINDS[kind or str])])),
-            np.arange(len(part)),
-        )
-        for part in parts
-    ]
-
-
-def _python_kind(lists: list[list[Any]]) -> type | None:
-    """``str`` or ``bytes``: the type of the first value that is not ``None``."""
-    first = next((value for part in lists for value in part if value is not None), None)
-    return type(first) if type(first) in _PYTHON_KINDS else None
-
-
 def finish(
     pieces: dict[str, list[Any]], *, as_numpy: bool = False, out: dict[str, np.ndarray] | None = None
 ) -> dict[str, Any]:
     """The batch ``default_collate`` would make of these rows' dicts.
 
-    With ``as_numpy`` (a worker's share, for the trainer), numeric columns stay numpy
-    arrays (``to_tensors`` finishes them in the trainer) and string and binary columns
-    are packed, each a ``spans.Spans`` carrying its array (the trainer unpacks it and
-    makes the list with ``collate_values``): a worker process sends them through its
-    shared-memory slots (``transfer``) or its result pipe, both several times faster
-    here than torch's one shared-memory file per tensor and than pickling each value.
-    ``out`` holds arrays of ``layout`` to write columns into instead of new arrays (a
-    worker's slot); the batch then holds them, and a ``spans.Spans`` without its array
-    for each column packed there.
+    With ``as_numpy`` (a worker's share), numeric columns stay numpy arrays and string and
+    binary columns are packed (``spans.Spans`` carrying the array), for the trainer to
+    finish (``to_tensors``, ``spans.unpack``, ``collate_values``): a worker sends them
+    through its shared-memory slots (``transfer``) or its result pipe, both several times
+    faster than torch's one shared-memory file per tensor or pickling each value. ``out``
+    holds arrays of ``layout`` to write into instead (a worker's slot); the batch then
+    holds them, and a ``spans.Spans`` without its array for each column packed there.
     """
     import torch  # here, not at the top: planning a table (the command line) never imports torch
 
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
-        packed = _byte_pieces(parts) if as_numpy or out is not None else None
+        packed = spans.pieces(parts) if as_numpy or out is not None else None
         if packed is not None:
-            if out is not None and name in out:
-                batch[name] = spans.pack(packed, out[name])
-            else:
-                own = np.empty(spans.size(packed), dtype=np.uint8)
-                batch[name] = dataclasses.replace(spans.pack(packed, own), array=own)
+            batch[name] = (
+                spans.pack(packed, out[name]) if out is not None and name in out else spans.carried(packed)
+            )
             continue
         if out is not None and name in out:
             batch[name] = _fill(parts, out[name])
@@ -431,16 +379,10 @@ def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     column's array too: torch then sends it through shared memory)."""
     import torch
 
-    return {key: _tensor(value, torch) for key, value in batch.items()}
-
-
-def _tensor(value: Any, torch: Any) -> Any:
-    """A numpy array as a tensor (as is, any other value): a packed column's array too."""
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(value)
-    if isinstance(value, spans.Spans) and isinstance(value.array, np.ndarray):
-        return dataclasses.replace(value, array=torch.from_numpy(value.array))
-    return value
+    return {
+        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else spans.shared(value)
+        for key, value in batch.items()
+    }
 
 
 def _unbatchable(name: str, values: list[Any], error: Exception) -> str:

@@ -12,6 +12,7 @@ read and unpickled. A share that finds no slot carries its packed array in its `
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from .rows import ByteValues
 
-__all__ = ["Spans", "pack", "size", "unpack"]
+__all__ = ["Spans", "carried", "pack", "packable", "pieces", "shared", "size", "unpack"]
 
 Pieces = Sequence[tuple[ByteValues, np.ndarray]]
 """A column's rows in order: (read column, rows of it) for each piece."""
@@ -45,6 +46,52 @@ class Spans:
     def nbytes(self) -> int:
         """Bytes of the packed array travelling with the share (0 for one in a slot)."""
         return 0 if self.array is None else int(self.array.nbytes)
+
+
+def pieces(parts: Sequence[Any]) -> list[tuple[ByteValues, np.ndarray]] | None:
+    """A column's parts of a batch as pieces to pack, when all are strings or all binaries:
+    rows of a read (an ``assemble`` part gathering ``indices`` of a ``ByteValues`` column), or
+    lists of ``str`` / ``bytes`` / ``None`` (gathered already: a lagged resume's, a mixture's),
+    made Arrow here. ``None``: not such a column."""
+    read = [part for part in parts if isinstance(getattr(part, "column", None), ByteValues)]
+    lists = [part for part in parts if type(part) is list]
+    if not parts or len(read) + len(lists) != len(parts) or len({part.column.text for part in read}) > 1:
+        return None
+    kind = (str if read[0].column.text else bytes) if read else _first_kind(lists)
+    if lists and (
+        kind is None or any(type(value) not in (kind, type(None)) for part in lists for value in part)
+    ):
+        return None
+    return [
+        (part.column, part.indices)
+        if type(part) is not list
+        else (ByteValues(pa.chunked_array([pa.array(part, _KINDS[kind or str])])), np.arange(len(part)))
+        for part in parts
+    ]
+
+
+_KINDS: dict[type, pa.DataType] = {str: pa.large_string(), bytes: pa.large_binary()}
+
+
+def _first_kind(lists: list[list[Any]]) -> type | None:
+    """``str`` or ``bytes``: the type of the first value that is not ``None``."""
+    first = next((value for part in lists for value in part if value is not None), None)
+    return type(first) if type(first) in _KINDS else None
+
+
+def packable(columns: dict[str, list[Any]]) -> frozenset[str]:
+    """The columns of a batch's parts that ``pieces`` packs: their bytes vary by batch."""
+    return frozenset(name for name, parts in columns.items() if pieces(parts) is not None)
+
+
+def shared(value: Any) -> Any:
+    """``value``, or of a ``Spans`` carrying a numpy array, one carrying it as a tensor (torch
+    sends it through shared memory, not the pipe)."""
+    if isinstance(value, Spans) and isinstance(value.array, np.ndarray):
+        import torch  # here: the command line plans tables without torch
+
+        return dataclasses.replace(value, array=torch.from_numpy(value.array))
+    return value
 
 
 def _bitmap_bytes(count: int) -> int:
@@ -93,6 +140,12 @@ def pack(pieces: Pieces, target: np.ndarray) -> Spans:
     if position + head + bits != len(target):
         raise ValueError(f"packed {position + head + bits} bytes into an array of {len(target)}")
     return Spans(count=count, text=bool(pieces) and pieces[0][0].text, nulls=nulls)
+
+
+def carried(pieces: Pieces) -> Spans:
+    """``pieces`` packed into a new array that the ``Spans`` carries (a share without a slot)."""
+    array = np.empty(size(pieces), dtype=np.uint8)
+    return dataclasses.replace(pack(pieces, array), array=array)
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

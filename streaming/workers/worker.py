@@ -204,8 +204,8 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
-        from ..read.assemble import finish, layout, packed_columns, to_tensors
-        from ..read.spans import Spans
+        from ..read.assemble import finish, layout, to_tensors
+        from ..read.spans import Spans, packable
 
         if not world.in_worker:
             return share(finish(item.items), None)
@@ -213,7 +213,7 @@ class ReportingCollate:
         shapes = layout(item.items) if channel is not None else {}
         claimed = None
         if channel is not None and shapes:
-            claimed = transfer.claim(channel, world.worker, shapes, varying=bool(packed_columns(item.items)))
+            claimed = transfer.claim(channel, world.worker, shapes, varying=bool(packable(item.items)))
         if claimed is not None:  # numeric, string and binary columns are gathered straight into the slot
             targets = claimed[1]
             batch = finish(item.items, as_numpy=True, out=targets)

@@ -84,3 +84,16 @@ def test_a_null_whose_offsets_span_bytes_packs_as_none_and_no_bytes():
     target = np.zeros(spans.size(pieces), dtype=np.uint8)
     assert spans.size(pieces) == 8 * 4 + 1 + 4
     assert spans.unpack(target, spans.pack(pieces, target)) == ["cd", None, "ab"]
+
+
+def test_lists_gathered_already_pack_when_all_are_strings_or_all_binaries():
+    """A lagged resume's or a mixture's parts are lists of values: packed alike, or not at all."""
+    texts = [["a", None, ""], [None], ["ünï"]]
+    found = spans.pieces(texts)
+    assert found is not None
+    target = np.zeros(spans.size(found), dtype=np.uint8)
+    assert spans.unpack(target, spans.pack(found, target)) == ["a", None, "", None, "ünï"]
+    assert spans.pieces([[b"x", None], [b""]]) is not None
+    assert spans.pieces([["a"], [b"x"]]) is None, "strings and bytes do not make one column"
+    assert spans.pieces([[None, None]]) is None, "no value says which"
+    assert spans.pieces([[1, 2]]) is None and spans.pieces([np.arange(3)]) is None
