@@ -79,12 +79,10 @@ class SentShare:
             return _opened(self.batch, {}) if self.spanned else self.batch
         from ..read.assemble import to_tensors
 
-        batch = self.batch
-        if self.parcel is not None:
-            batch = _opened(batch, transfer.receive(self.parcel))
-        elif self.spanned:
-            batch = _opened(batch, {})
-        return to_tensors(batch)
+        batch, parcel = self.batch, self.parcel
+        if parcel is not None:  # numeric arrays copied out of the slot, strings unpacked from it
+            return to_tensors(transfer.received(parcel, lambda arrays: _opened(batch, arrays, copy=True)))
+        return to_tensors(_opened(batch, {}) if self.spanned else batch)
 
     def columns(self) -> dict[str, Any]:
         """A ``numpy`` share's columns as they arrived: numeric ones as numpy arrays, those
@@ -108,16 +106,18 @@ class SentShare:
         return SentShare(batch, self.report, self.slots, self.size, raw=self.raw, spanned=self.spanned)
 
 
-def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A share's columns with those of its slot put back: arrays as they lie there, packed
-    strings and binaries (``spans.Spans``, in the slot or carrying their array) unpacked
-    into new values."""
+def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray], *, copy: bool = False) -> dict[str, Any]:
+    """A share's columns with those of its slot put back: arrays as they lie there (or
+    ``copy``'d), packed strings and binaries (``spans.Spans``, in the slot or carrying their
+    array) unpacked into new values."""
     from ..read.spans import Spans, unpack
 
     return {
         key: unpack(arrays[key] if value.array is None else np.asarray(value.array), value)
         if isinstance(value, Spans)
-        else arrays.get(key, value)
+        else (arrays[key].copy() if copy else arrays[key])
+        if key in arrays
+        else value
         for key, value in batch.items()
     }
 
