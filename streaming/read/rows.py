@@ -91,18 +91,19 @@ def _column(chunked: pa.ChunkedArray) -> Column | ByteValues:
 
 WIDE_VALUE_BYTES = 4 << 10
 """Strings and binaries at least this wide on average (images, audio) are copied out one
-value at a time; narrower ones a chunk's rows at once (``ByteValues.take``)."""
+value at a time as their rows are gathered; narrower ones all at once, at the first gather
+(``ByteValues.take``)."""
 
 
 class ByteValues:
     """A column of strings or binaries (``large_`` ones too), kept as read; values copied
     out when gathered.
 
-    Converting a whole read to ``bytes``/``str`` before its first batch would copy it all
-    at once (and hold both copies: a read of images twice); here each gathered row is
-    copied once, when its batch is made, and the read's memory is Arrow's alone until
-    then. A worker packs the rows of its share from here into shared memory (``spans``)
-    without making Python values at all.
+    Converting a whole read of images to ``bytes`` before its first batch would copy it
+    all at once (and hold both copies); here each gathered wide value is copied once, when
+    its batch is made (narrow ones, cheap to hold twice, are converted at the first gather).
+    A worker packs the rows of its share from here into shared memory (``spans``) without
+    making Python values at all.
     """
 
     def __init__(self, chunked: pa.ChunkedArray) -> None:
@@ -179,8 +180,8 @@ class ByteValues:
         found = self._offset_cache.get(chunk)
         if found is None:
             array = self._chunks[chunk]
-            wide = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
+            large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
             found = self._offset_cache[chunk] = offsets[array.offset : array.offset + len(array) + 1].astype(
                 np.int64
             )
