@@ -66,8 +66,9 @@ Made = tuple[Any, Callable[[], Iterator[Any]]]
 
 
 def lance_torch_wide(batch: Any, **_: Any) -> dict[str, Any]:
-    """lance.torch's ``to_tensor_fn`` for rows with bytes: ids as a tensor, bytes as a list
-    (its default refuses binary columns; blob columns arrive as ``lance.BlobFile``s, read here)."""
+    """lance.torch's ``to_tensor_fn`` for rows with bytes or text: ids as a tensor, bytes and
+    strings as lists (its default refuses them; blob columns arrive as ``lance.BlobFile``s, read
+    here)."""
     import pyarrow as pa
     import torch
 
@@ -77,11 +78,22 @@ def lance_torch_wide(batch: Any, **_: Any) -> dict[str, Any]:
         column = batch[name]
         if isinstance(column, list):
             out[name] = [blob.read() for blob in column]
-        elif pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        elif _byte_like(column.type):
             out[name] = column.to_pylist()
         elif not name.startswith("_"):
             out[name] = torch.from_numpy(column.to_numpy(zero_copy_only=False))
     return out
+
+
+def _byte_like(type_: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_binary(type_)
+        or pa.types.is_large_binary(type_)
+        or pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+    )
 
 
 class LanceTorchBlobs:
@@ -137,7 +149,8 @@ def lance_torch(spec: dict[str, Any]) -> Made:
     import torch.utils.data
     from lance.torch.data import LanceDataset
 
-    options: dict[str, Any] = {} if spec["narrow"] else {"to_tensor_fn": lance_torch_wide}
+    wide = not spec["narrow"] or spec.get("text")
+    options: dict[str, Any] = {"to_tensor_fn": lance_torch_wide} if wide else {}
     if spec.get("blob"):
         options = {"to_tensor_fn": LanceTorchBlobs(spec["uri"]), "with_row_id": True}
     dataset = LanceDataset(spec["uri"], batch_size=spec["batch"], **options)

@@ -9,8 +9,10 @@ any; each contender (``benchmarks.cases.width_contenders``) imports its packages
 its own function.
 
 The rows come from one source folder, written once by the suite: ``ids.npy``, and
-``vec.npy`` (narrow rows: float32[128]) or ``payload.npy`` (wide rows: one fixed-size
-row of bytes each, its first 8 bytes the row's id). Labels are ``id % 1000``. Every
+``vec.npy`` (narrow rows: float32[128]), ``text_offsets.npy`` and ``text_bytes.npy``
+(narrow text: each row's UTF-8 text, starting with its id and a colon) or
+``payload.npy`` (wide rows: one fixed-size row of bytes each, its first 8 bytes the
+row's id). Labels are ``id % 1000``. Every
 converter and every Lance table is made from it, so every contender reads the same
 rows. Reading checks, for every contender alike, that each id comes exactly once per
 epoch and that each wide row's bytes have the right size, start with its id, and are
@@ -21,6 +23,7 @@ once read).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -49,6 +52,13 @@ def source_rows(source: str, start: int, count: int) -> dict[str, Any]:
     rows = {"id": np.asarray(ids), "label": (np.asarray(ids) % LABELS).astype(np.int32)}
     if (folder / "vec.npy").exists():
         rows["vec"] = np.asarray(np.load(folder / "vec.npy", mmap_mode="r")[start : start + count])
+    elif (folder / "text_offsets.npy").exists():
+        bounds = np.load(folder / "text_offsets.npy", mmap_mode="r")[start : start + len(ids) + 1].tolist()
+        data = np.load(folder / "text_bytes.npy", mmap_mode="r")
+        chunk = bytes(data[bounds[0] : bounds[-1]])
+        rows["text"] = [
+            chunk[low - bounds[0] : high - bounds[0]].decode() for low, high in itertools.pairwise(bounds)
+        ]
     else:
         rows["img"] = np.load(folder / "payload.npy", mmap_mode="r")[start : start + count]
     return rows
@@ -66,6 +76,8 @@ def source_samples(source: str, start: int, count: int) -> Iterator[dict[str, An
         sample: dict[str, Any] = {"id": int(rows["id"][index]), "label": int(rows["label"][index])}
         if "vec" in rows:
             sample["vec"] = np.array(rows["vec"][index])
+        elif "text" in rows:
+            sample["text"] = rows["text"][index]
         else:
             sample["img"] = rows["img"][index].tobytes()
         yield sample
@@ -94,8 +106,11 @@ def convert_mosaic(source: str, out: str) -> None:
     """The source rows in mosaicml-streaming's MDS format (64 MiB shards, no compression)."""
     mosaic = mosaic_package()
     narrow = (Path(source) / "vec.npy").exists()
+    text = (Path(source) / "text_offsets.npy").exists()
     columns = {"id": "int64", "label": "int32"}
-    columns.update({"vec": "ndarray:float32:128"} if narrow else {"img": "bytes"})
+    columns.update(
+        {"vec": "ndarray:float32:128"} if narrow else {"text": "str"} if text else {"img": "bytes"}
+    )
     total = source_size(source)
     with mosaic.MDSWriter(out=out, columns=columns, size_limit=1 << 26) as writer:
         for start in range(0, total, CHUNK_ROWS):
@@ -227,7 +242,21 @@ def _checked_ids(batch: Any, spec: dict[str, Any]) -> np.ndarray:
     ids = _ids(batch)
     if spec["payload"]:
         _check_bytes(batch, ids, spec["payload"])
+    elif spec.get("text"):
+        _check_text(batch, ids)
     return ids
+
+
+def _check_text(batch: Any, ids: np.ndarray) -> None:
+    """Each row's text is a ``str`` that starts with the row's id and a colon."""
+    values = batch["text"]
+    if hasattr(values, "to_pylist"):  # Arrow (raw takes)
+        values = values.to_pylist()
+    if len(values) != len(ids):
+        raise RuntimeError(f"a batch of {len(ids)} ids has {len(values)} texts")
+    for row, value in zip(ids.tolist(), values, strict=True):
+        if type(value) is not str or value[: value.index(":")] != str(row):
+            raise RuntimeError(f"row {row}: wrong text {value[:40]!r}")
 
 
 def _sorted(seen: list[np.ndarray]) -> np.ndarray:

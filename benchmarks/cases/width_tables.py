@@ -36,7 +36,7 @@ METRICS = (
 
 @dataclass(frozen=True)
 class Width:
-    """A group of cases sharing rows: narrow, or wide rows of ``payload`` bytes."""
+    """A group of cases sharing rows: narrow (vectors, or ``text``), or wide rows of ``payload`` bytes."""
 
     key: str
     label: str
@@ -44,6 +44,8 @@ class Width:
     payload: int
     batch: int
     grown: bool = False
+    text: bool = False
+    """Narrow rows of text (a string column) instead of vectors."""
 
     @property
     def fragments(self) -> int:

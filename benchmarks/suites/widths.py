@@ -1,8 +1,8 @@
 """Peers by row width: ours, lance.torch, litdata, mosaic on the same narrow, 100 KiB and 1 MiB rows.
 
-    python -m benchmarks widths [--narrow-rows 200000] [--rows-100k 20000] [--rows-1m 400]
-                                [--workers 0,2] [--repeats 1] [--grow 1]
-                                [--cases narrow,100k,1m]
+    python -m benchmarks widths [--narrow-rows 200000] [--text-rows 200000] [--rows-100k 20000]
+                                [--rows-1m 400] [--workers 0,2] [--repeats 1] [--grow 1]
+                                [--cases narrow,text,100k,1m]
                                 [--contenders ours,lance_torch,litdata,mosaic] [--install]
                                 [--results run.json] [--out docs/benchmarks.md]
     python -m benchmarks widths --from-results run.json [--grown-results grow.json] [--out ...]
@@ -10,6 +10,9 @@
 The same rows, written once as numpy files, then as every contender's format:
 
 - narrow: (id int64, label int32, vec float32[128]), a Lance table of 16 fragments;
+- narrow text (``--cases text``, not run by default): (id int64, label int32, text string),
+  each text 20 to 200 characters (about 110 bytes: the row's id, a colon, lower-case
+  letters, spaces and one in 16 an ``é``), a Lance table of 16 fragments;
 - 100 KiB and 1 MiB: (id, label, img) whose ``img`` holds that many bytes (random, the
   row's id in the first 8), a Lance table with a plain ``binary`` column (how most
   people store images) and the same bytes in a blob column (``lance-encoding:blob``),
@@ -89,11 +92,14 @@ def _log(message: str) -> None:
 
 
 def write_source(folder: Path, width: Width) -> None:
-    """The rows as numpy files (ids, and vectors or payloads), written in chunks."""
+    """The rows as numpy files (ids, and vectors, texts or payloads), written in chunks."""
     folder.mkdir(parents=True)
     ids = np.arange(width.rows, dtype=np.int64)
     np.save(folder / "ids.npy", ids)
     rng = np.random.default_rng(0)
+    if width.text:
+        write_texts(folder, width.rows, rng)
+        return
     shape = (width.rows, 128) if not width.payload else (width.rows, width.payload)
     name, dtype = ("vec.npy", np.float32) if not width.payload else ("payload.npy", np.uint8)
     out = np.lib.format.open_memmap(folder / name, mode="w+", dtype=dtype, shape=shape)
@@ -111,6 +117,21 @@ def write_source(folder: Path, width: Width) -> None:
     del out
 
 
+def write_texts(folder: Path, rows: int, rng: np.random.Generator) -> None:
+    """Each row's text, ``"{id}:"`` then 20 to 200 letters, spaces and some ``é``, as UTF-8
+    bytes one after another (``text_bytes.npy``) and their offsets (``text_offsets.npy``)."""
+    letters = list("abcdefghijklmnopqrstuvwxyz abcdefghijklmnopqrstuvwxyz é")
+    texts = []
+    for row in range(rows):
+        picked = rng.integers(0, len(letters), int(rng.integers(20, 200)))
+        texts.append(f"{row}:" + "".join(letters[i] for i in picked.tolist()))
+    encoded = [text.encode() for text in texts]
+    offsets = np.zeros(rows + 1, dtype=np.int64)
+    np.cumsum([len(value) for value in encoded], out=offsets[1:])
+    np.save(folder / "text_offsets.npy", offsets)
+    np.save(folder / "text_bytes.npy", np.frombuffer(b"".join(encoded), dtype=np.uint8))
+
+
 def write_lance(source: Path, uri: str, width: Width, *, blob: bool) -> None:
     """A Lance table of the source rows in ``width.fragments`` fragments."""
     import lance
@@ -118,7 +139,9 @@ def write_lance(source: Path, uri: str, width: Width, *, blob: bool) -> None:
 
     from benchmarks.cases.width_probe import source_rows
 
-    if not width.payload:
+    if width.text:
+        field = pa.field("text", pa.string())
+    elif not width.payload:
         field = pa.field("vec", pa.list_(pa.float32(), 128))
     elif blob:
         field = pa.field("img", pa.large_binary(), metadata={"lance-encoding:blob": "true"})
@@ -128,7 +151,9 @@ def write_lance(source: Path, uri: str, width: Width, *, blob: bool) -> None:
     edges = np.linspace(0, width.rows, width.fragments + 1).astype(np.int64)
     for index, (start, stop) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True)):
         rows = source_rows(str(source), start, stop - start)
-        if width.payload:
+        if width.text:
+            data = pa.array(rows["text"], pa.string())
+        elif width.payload:
             values = rows["img"]
             offsets = np.arange(0, (len(values) + 1) * width.payload, width.payload)
             kind = pa.large_binary() if blob else pa.binary()
@@ -234,6 +259,7 @@ def _base(width: Width) -> dict[str, Any]:
         "payload": width.payload,
         "batch": width.batch,
         "narrow": not width.payload,
+        "text": width.text,
         "fragments": width.fragments,
     }
 
@@ -302,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="python -m benchmarks widths", description=__doc__.splitlines()[0])
     parser.add_argument("--narrow-rows", type=int, default=200_000)
+    parser.add_argument("--text-rows", type=int, default=200_000, help="rows of narrow text")
     parser.add_argument("--rows-100k", type=int, default=20_000, help="rows of 100 KiB")
     parser.add_argument("--rows-1m", type=int, default=400, help="rows of 1 MiB")
-    parser.add_argument("--batch-size", type=int, default=256, help="batch size of narrow rows")
+    parser.add_argument("--batch-size", type=int, default=256, help="batch size of narrow rows and text")
     parser.add_argument("--wide-batch-size", type=int, default=32, help="batch size of wide rows")
     parser.add_argument("--workers", type=lambda text: [int(k) for k in _list(text)], default=[0, 2])
     parser.add_argument("--repeats", type=int, default=1, help="runs of each contender, in rounds")
@@ -332,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     unknown = sorted(set(args.contenders) - set(CONTENDERS)) + sorted(
-        set(args.cases) - {"narrow", "100k", "1m"}
+        set(args.cases) - {"narrow", "text", "100k", "1m"}
     )
     if unknown:
         parser.error(f"unknown contenders or cases: {unknown}")
@@ -350,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         width
         for width in (
             Width("narrow", "narrow", args.narrow_rows, 0, args.batch_size),
+            Width("text", "narrow text", args.text_rows, 0, args.batch_size, text=True),
             Width("100k", "100 KiB", args.rows_100k, 100 << 10, args.wide_batch_size),
             Width("1m", "1 MiB", args.rows_1m, 1 << 20, args.wide_batch_size),
         )

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from . import spans
-from .rows import WideValues, gather
+from .rows import gather
 
-__all__ = ["Gathered", "finish", "layout", "to_tensors", "vectorisable", "wide_columns"]
+__all__ = ["Gathered", "collate_values", "finish", "layout", "to_tensors", "vectorisable"]
 
 _VECTOR_KINDS = frozenset("biuf")  # bool, signed, unsigned, float: torch.as_tensor takes them as is
 _UNSUPPORTED = frozenset({np.dtype(np.uint16), np.dtype(np.uint32), np.dtype(np.uint64)})
@@ -58,9 +58,9 @@ def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int,
     without copying a row (so a worker can hand ``finish`` the arrays to fill)."""
     found: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
     for name, parts in pieces.items():
-        wide = _wide(parts)
-        if wide is not None:  # packed: offsets, then the values (``spans``)
-            found[name] = (np.dtype(np.uint8), (spans.size(wide),))
+        packed = spans.pieces(parts)
+        if packed is not None:  # packed: offsets, then the values (``spans``)
+            found[name] = (np.dtype(np.uint8), (spans.size(packed),))
             continue
         columns = [part.column if isinstance(part, Gathered) else part for part in parts]
         first: Any = columns[0] if columns else None
@@ -75,41 +75,31 @@ def layout(pieces: dict[str, list[Any]]) -> dict[str, tuple[np.dtype, tuple[int,
     return found
 
 
-def wide_columns(pieces: dict[str, list[Any]]) -> frozenset[str]:
-    """The columns ``layout`` packs (wide strings or binaries): their bytes vary by batch."""
-    return frozenset(name for name, parts in pieces.items() if _wide(parts) is not None)
-
-
-def _wide(parts: list[Any]) -> list[tuple[WideValues, np.ndarray]] | None:
-    """A column's pieces as (read column, rows) when all are wide values without nulls."""
-    if parts and all(
-        isinstance(part, Gathered) and isinstance(part.column, WideValues) and part.column.packable
-        for part in parts
-    ):
-        return [(part.column, part.indices) for part in parts]
-    return None
-
-
 def finish(
     pieces: dict[str, list[Any]], *, as_numpy: bool = False, out: dict[str, np.ndarray] | None = None
 ) -> dict[str, Any]:
     """The batch ``default_collate`` would make of these rows' dicts.
 
-    With ``as_numpy``, numeric columns stay numpy arrays (``to_tensors`` finishes
-    them in the trainer): a worker process sends them through its shared-memory
-    slots (``transfer``) or its result pipe, both several times faster here than
-    torch's one shared-memory file per tensor. ``out`` holds arrays of ``layout``
-    to write columns into instead of new arrays (a worker's slot); the batch then
-    holds them, and a ``spans.Spans`` for each wide column packed there.
+    With ``as_numpy`` (a worker's share), numeric columns stay numpy arrays and string and
+    binary columns are packed (``spans.Spans`` carrying the array), for the trainer to
+    finish (``to_tensors``, ``spans.unpack``, ``collate_values``): a worker sends them
+    through its shared-memory slots (``transfer``) or its result pipe, both several times
+    faster than torch's one shared-memory file per tensor or pickling each value. ``out``
+    holds arrays of ``layout`` to write into instead (a worker's slot); the batch then
+    holds them, and a ``spans.Spans`` without its array for each column packed there.
     """
     import torch  # here, not at the top: planning a table (the command line) never imports torch
-    from torch.utils.data import default_collate
 
     batch: dict[str, Any] = {}
     for name, parts in pieces.items():
+        packed = spans.pieces(parts) if as_numpy or out is not None else None
+        if packed is not None:
+            batch[name] = (
+                spans.pack(packed, out[name]) if out is not None and name in out else spans.carried(packed)
+            )
+            continue
         if out is not None and name in out:
-            wide = _wide(parts)
-            batch[name] = _fill(parts, out[name]) if wide is None else spans.pack(wide, out[name])
+            batch[name] = _fill(parts, out[name])
             continue
         array = _gather_once(parts)
         if array is None:
@@ -120,12 +110,19 @@ def finish(
         if array is not None:
             batch[name] = array if as_numpy else torch.from_numpy(array)
         else:
-            values = [value for part in parts for value in part]
-            try:
-                batch[name] = default_collate(values)
-            except (TypeError, RuntimeError) as error:
-                raise TypeError(_unbatchable(name, values, error)) from error
+            batch[name] = collate_values(name, [value for part in parts for value in part])
     return batch
+
+
+def collate_values(name: str, values: list[Any]) -> Any:
+    """``default_collate`` of column ``name``'s values, in the batch's order (for strings and
+    binaries the list itself); a ``TypeError`` naming the column and the fix when it fails."""
+    from torch.utils.data import default_collate
+
+    try:
+        return default_collate(values)
+    except (TypeError, RuntimeError) as error:
+        raise TypeError(_unbatchable(name, values, error)) from error
 
 
 def _gather_once(parts: list[Any]) -> np.ndarray | None:
@@ -162,11 +159,12 @@ def _fill(parts: list[Any], target: np.ndarray) -> np.ndarray:
 
 
 def to_tensors(batch: dict[str, Any]) -> dict[str, Any]:
-    """Turn the numpy columns of a ``finish(..., as_numpy=True)`` batch into tensors."""
+    """Turn the numpy columns of a ``finish(..., as_numpy=True)`` batch into tensors (a packed
+    column's array too: torch then sends it through shared memory)."""
     import torch
 
     return {
-        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else value
+        key: torch.from_numpy(value) if isinstance(value, np.ndarray) else spans.shared(value)
         for key, value in batch.items()
     }
 

@@ -2,9 +2,9 @@
 
 Numeric and bool columns become numpy arrays (a row's value is a numpy scalar),
 fixed-size lists become 2-D (or deeper) numpy arrays (a row's value is an array),
-variable-length lists become one numpy array per row, strings and binaries become
-``str``/``bytes`` (wide ones, such as images, only as their rows are gathered:
-``WideValues``). Columns with nulls or other types fall back to Python values.
+variable-length lists become one numpy array per row, strings and binaries stay as
+read (``ByteValues``) and become ``str``/``bytes`` as their rows are gathered. Columns
+with nulls or other types fall back to Python values.
 
 The converted columns stay in storage order, shared by every window of one read;
 a window only holds its gather order. Rows are gathered when they are handed
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["NOT_MINE", "Column", "Rows", "Sample", "Storage", "WideValues", "gather"]
+__all__ = ["NOT_MINE", "ByteValues", "Column", "Rows", "Sample", "Storage", "gather"]
 
 Sample = dict[str, Any]
 Column = np.ndarray | list[Any]
@@ -72,45 +72,53 @@ def _convert(array: pa.Array) -> Column:
     return result
 
 
-def _column(chunked: pa.ChunkedArray) -> Column | WideValues:
+def _column(chunked: pa.ChunkedArray) -> Column | ByteValues:
     """One converted column: a read has one chunk per fragment, joined by one copy.
 
     The copy goes through Arrow's memory pool (``combine_chunks``), which hands
     large buffers back after use; a numpy concatenation measured the same speed
     but left the process's peak RSS growing with the number of reads (glibc
     keeps freed large blocks). A single chunk is converted without a copy, and so
-    are strings and binaries (their values are copied into Python objects anyway:
-    joining them first would copy an image-wide read twice).
+    are strings and binaries: they stay as read (``ByteValues``), each value copied
+    out once, when its row is gathered.
     """
-    if _python_values(chunked.type):  # no joined copy: each value is copied out once
-        if len(chunked) and chunked.nbytes >= WIDE_VALUE_BYTES * len(chunked):
-            return WideValues(chunked)
-        values: list[Any] = chunked.to_pylist()
-        return values
+    if _python_values(chunked.type):
+        return ByteValues(chunked)
     if chunked.num_chunks == 1:
         return _convert(chunked.chunk(0))
     return _convert(chunked.combine_chunks())
 
 
 WIDE_VALUE_BYTES = 4 << 10
-"""Strings and binaries at least this wide on average (images, audio) stay Arrow until
-their rows are gathered: a read is never copied into Python objects all at once."""
+"""Strings and binaries at least this wide on average (images, audio) are copied out one
+value at a time as their rows are gathered; narrower ones all at once, at the first gather
+(``ByteValues.take``)."""
 
 
-class WideValues:
-    """A column of wide strings or binaries, kept as read; values copied out when gathered.
+class ByteValues:
+    """A column of strings or binaries (``large_`` ones too), kept as read; values copied
+    out when gathered.
 
     Converting a whole read of images to ``bytes`` before its first batch would copy it
-    all at once (and hold both copies); here each gathered row is copied once, when its
-    batch is made, and the read's memory is Arrow's alone until then.
+    all at once (and hold both copies); here each gathered wide value is copied once, when
+    its batch is made (narrow ones, cheap to hold twice, are converted at the first gather).
+    A worker packs the rows of its share from here into shared memory (``spans``) without
+    making Python values at all.
     """
 
     def __init__(self, chunked: pa.ChunkedArray) -> None:
+        self._type = chunked.type
         self._chunks = [chunk for chunk in chunked.chunks if len(chunk)]
         lengths = [len(chunk) for chunk in self._chunks]
         self._starts = np.cumsum([0, *lengths[:-1]], dtype=np.int64)
         self._length = sum(lengths)
         self._offset_cache: dict[int, np.ndarray] = {}
+        self._valid_cache: dict[int, np.ndarray] = {}
+        self._python: list[Any] | None = None
+        self.wide = bool(self._length) and chunked.nbytes >= WIDE_VALUE_BYTES * self._length
+        """Values of ``WIDE_VALUE_BYTES`` or more on average: copied out one at a time."""
+        self.nulls = any(chunk.null_count for chunk in self._chunks)
+        """Whether any value is null (``None`` when gathered)."""
 
     def __len__(self) -> int:
         return self._length
@@ -118,20 +126,13 @@ class WideValues:
     @property
     def text(self) -> bool:
         """Whether the values are strings (else binaries)."""
-        return bool(self._chunks) and (
-            pa.types.is_string(self._chunks[0].type) or pa.types.is_large_string(self._chunks[0].type)
-        )
-
-    @property
-    def packable(self) -> bool:
-        """Whether every value is present (no null), so ``extents`` describes them all."""
-        return all(chunk.null_count == 0 for chunk in self._chunks)
+        return bool(pa.types.is_string(self._type) or pa.types.is_large_string(self._type))
 
     def extents(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(chunk, first byte, byte length) of each value at ``indices`` in ``data(chunk)``."""
+        """(chunk, first byte, byte length) of each value at ``indices`` in ``data(chunk)``;
+        a null's length is 0."""
         rows = self._checked(indices)
-        which = np.searchsorted(self._starts, rows, side="right") - 1
-        within = rows - self._starts[which]
+        which, within = self._located(rows)
         starts = np.empty(len(rows), dtype=np.int64)
         stops = np.empty(len(rows), dtype=np.int64)
         for chunk in np.unique(which).tolist():
@@ -139,7 +140,35 @@ class WideValues:
             offsets = self._offsets(chunk)
             starts[mine] = offsets[within[mine]]
             stops[mine] = offsets[within[mine] + 1]
-        return which, starts, stops - starts
+        lengths = stops - starts
+        valid = self.valid(indices)
+        if valid is not None:
+            lengths[~valid] = 0
+        return which, starts, lengths
+
+    def valid(self, indices: np.ndarray) -> np.ndarray | None:
+        """Which values at ``indices`` are present (not null); ``None``: all of them."""
+        if not self.nulls:
+            return None
+        rows = self._checked(indices)
+        which, within = self._located(rows)
+        found = np.ones(len(rows), dtype=bool)
+        for chunk in np.unique(which).tolist():
+            present = self._present(chunk)
+            if present is not None:
+                mine = which == chunk
+                found[mine] = present[within[mine]]
+        return found
+
+    def _present(self, chunk: int) -> np.ndarray | None:
+        """Chunk ``chunk``'s present values (made once, then kept); ``None``: no null."""
+        if not self._chunks[chunk].null_count:
+            return None
+        found = self._valid_cache.get(chunk)
+        if found is None:
+            array = self._chunks[chunk].is_valid()
+            found = self._valid_cache[chunk] = array.to_numpy(zero_copy_only=False)
+        return found
 
     def data(self, chunk: int) -> np.ndarray:
         """Chunk ``chunk``'s value bytes, as read (no copy; read-only)."""
@@ -151,8 +180,8 @@ class WideValues:
         found = self._offset_cache.get(chunk)
         if found is None:
             array = self._chunks[chunk]
-            wide = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
-            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if wide else np.int32)
+            large = pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type)
+            offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)
             found = self._offset_cache[chunk] = offsets[array.offset : array.offset + len(array) + 1].astype(
                 np.int64
             )
@@ -164,13 +193,30 @@ class WideValues:
             raise IndexError(f"rows {rows.min()}..{rows.max()} of a read of {self._length} rows")
         return rows
 
+    def _located(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk, row within it) of each of ``rows``."""
+        which = np.searchsorted(self._starts, rows, side="right") - 1
+        return which, rows - self._starts[which]
+
     def take(self, indices: np.ndarray) -> list[Any]:
         """The values at ``indices``, as ``bytes`` / ``str`` (``None`` for a null)."""
         rows = self._checked(indices)
-        which = np.searchsorted(self._starts, rows, side="right") - 1
-        within = rows - self._starts[which]
-        chunks = self._chunks
-        return [chunks[c][i].as_py() for c, i in zip(which.tolist(), within.tolist(), strict=True)]
+        if self.wide:
+            which, within = self._located(rows)
+            chunks = self._chunks  # one value at a time: each copied once
+            return [chunks[c][i].as_py() for c, i in zip(which.tolist(), within.tolist(), strict=True)]
+        values = self._values()
+        return [values[i] for i in rows.tolist()]
+
+    def _values(self) -> list[Any]:
+        """Every value of a narrow column as ``str`` / ``bytes`` (made at the first ``take``,
+        then kept: a worker that packs its rows never makes them)."""
+        if self._python is None:
+            values: list[Any] = []
+            for chunk in self._chunks:
+                values.extend(chunk.to_pylist())
+            self._python = values
+        return self._python
 
 
 def _python_values(type_: pa.DataType) -> bool:
@@ -183,9 +229,9 @@ def _python_values(type_: pa.DataType) -> bool:
     )
 
 
-def gather(column: Column | WideValues, indices: np.ndarray) -> Column:
+def gather(column: Column | ByteValues, indices: np.ndarray) -> Column:
     """``column``'s values at ``indices``: a fresh numpy array, or a list."""
-    if isinstance(column, WideValues):
+    if isinstance(column, ByteValues):
         return column.take(indices)
     if isinstance(column, np.ndarray):
         if column.ndim > 1:

@@ -193,12 +193,18 @@ def _check_shape(shape: tuple[int, ...], first: tuple[int, ...], path: tuple[Any
         )
 
 
+_PLAIN = frozenset({str, bytes, type(None), int, float, bool})
+"""Types of plain items, told without an ``isinstance`` against abstract classes."""
+
+
 def _leaves(values: list[Any], slots: list[_Where]) -> bool:
     """Whether each value is a list with one plain item per sample (strings, bytes)."""
     containers = (torch.Tensor, np.ndarray, Mapping, list, tuple)
     return all(
         len(value) == len(where.slots) for value, where in zip(values, slots, strict=True)
-    ) and not any(isinstance(item, containers) for value in values for item in value)
+    ) and not any(
+        type(item) not in _PLAIN and isinstance(item, containers) for value in values for item in value
+    )
 
 
 def _where(path: tuple[Any, ...]) -> str:

@@ -98,7 +98,7 @@ class Gathering:
         batch = assembly.assemble(parts, slots, size, collate=self.finish)
         if self.finish is not None and self.pin:
             batch = _compat.pin_memory(batch, self.pin_device)
-        return items, batch
+        return items, _collated(batch, present)
 
     def _columns(self, shares: list[SentShare], size: int) -> Any:
         """The batch of columnar shares: numeric columns copied once, from the workers'
@@ -113,7 +113,19 @@ class Gathering:
         finally:
             for item in shares:
                 item.done()
-        return to_tensors(merged)
+        return _collated(to_tensors(merged), shares)
+
+
+def _collated(batch: Any, shares: list[SentShare]) -> Any:
+    """``batch`` with the lists of its string and binary columns that came packed (``spanned``)
+    collated as ``default_collate`` collates them for the whole batch (in the trainer's own
+    process: the same values, and the same error for a null first value)."""
+    spanned = {name for item in shares for name in item.spanned}
+    if not spanned:
+        return batch
+    from ..samples.collated import collate_values
+
+    return {key: collate_values(key, value) if key in spanned else value for key, value in batch.items()}
 
 
 def single(collate: Callable[[Any], Any]) -> Callable[[list[Any]], Any]:

@@ -31,9 +31,10 @@ import math
 import os
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
+from typing import TypeVar
 
 import numpy as np
 
@@ -48,6 +49,7 @@ __all__ = [
     "claim",
     "done",
     "receive",
+    "received",
     "release",
     "restart",
     "send",
@@ -89,6 +91,8 @@ def _aligned(size: int) -> int:
 
 Layout = tuple[np.dtype, tuple[int, ...]]
 """An array's dtype and shape, before it exists."""
+
+Opened = TypeVar("Opened")
 
 Claimed = tuple["Parcel", dict[str, np.ndarray]]
 """A claimed slot: the parcel that will describe its arrays, and the arrays to fill."""
@@ -292,8 +296,14 @@ def _mapped(parcel: Parcel) -> shared_memory.SharedMemory:
 
 def receive(parcel: Parcel) -> dict[str, np.ndarray]:
     """In the trainer: fresh copies of the parcel's arrays; then its slot is free again."""
+    return received(parcel, lambda arrays: {name: view.copy() for name, view in arrays.items()})
+
+
+def received(parcel: Parcel, opened: Callable[[dict[str, np.ndarray]], Opened]) -> Opened:
+    """In the trainer: what ``opened`` makes of the parcel's arrays where they lie (``views``:
+    it copies what it keeps); then the slot is free again."""
     with _LOCK:
-        result = {name: view.copy() for name, view in views(parcel).items()}
+        result = opened(views(parcel))
         done(parcel)
         return result
 

@@ -42,7 +42,9 @@ class SentShare:
     numeric columns travel as numpy arrays, in the batch or (``parcel``) in a
     shared-memory slot, their keys then holding ``None``; ``packed`` one whose
     tensors travel by value (``byvalue``). ``unwrap`` turns them into tensors in
-    the trainer's process.
+    the trainer's process. ``spanned`` names the string and binary columns that
+    travel packed (``read.spans``: in the slot, or with their ``Spans``), never as
+    pickled values; the trainer makes their lists once the batch is merged.
     """
 
     batch: Any
@@ -55,6 +57,7 @@ class SentShare:
     packed: bool = False
     notice: str | None = None
     """Raised as ``SeededTransformWarning`` in the trainer (see ``seeding``)."""
+    spanned: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -73,22 +76,22 @@ class SentShare:
         if self.packed:
             return byvalue.unpack(self.batch)
         if not self.numpy:
-            return self.batch
+            return _opened(self.batch, {}) if self.spanned else self.batch
         from ..samples.collated import to_tensors
 
-        batch = self.batch
-        if self.parcel is not None:
-            batch = _opened(batch, transfer.receive(self.parcel))
-        return to_tensors(batch)
+        batch, parcel = self.batch, self.parcel
+        if parcel is not None:  # numeric arrays copied out of the slot, strings unpacked from it
+            return to_tensors(transfer.received(parcel, lambda arrays: _opened(batch, arrays, copy=True)))
+        return to_tensors(_opened(batch, {}) if self.spanned else batch)
 
     def columns(self) -> dict[str, Any]:
         """A ``numpy`` share's columns as they arrived: numeric ones as numpy arrays, those
-        in a shared-memory slot as views of it (copy them, then call ``done``); wide
-        strings and binaries packed there are copied out already."""
+        in a shared-memory slot as views of it (copy them, then call ``done``); strings
+        and binaries packed (``spanned``) are copied out already, as lists."""
         if self.notice is not None:
             seeding.warn(self.notice)
         if self.parcel is None:
-            return dict(self.batch)
+            return _opened(self.batch, {}) if self.spanned else dict(self.batch)
         return _opened(self.batch, transfer.views(self.parcel))
 
     def done(self) -> None:
@@ -100,16 +103,21 @@ class SentShare:
         """Pin the share (called by the DataLoader's pin-memory thread); ``assembly``
         then builds the batch in pinned memory too."""
         batch = self.batch if self.raw or self.count == 0 else _compat.pin_memory(self.unwrap(), device)
-        return SentShare(batch, self.report, self.slots, self.size, raw=self.raw)
+        return SentShare(batch, self.report, self.slots, self.size, raw=self.raw, spanned=self.spanned)
 
 
-def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
-    """A share's columns with those of its slot put back: arrays as they lie there, packed
-    strings and binaries (``spans.Spans``) unpacked into new values."""
+def _opened(batch: dict[str, Any], arrays: dict[str, np.ndarray], *, copy: bool = False) -> dict[str, Any]:
+    """A share's columns with those of its slot put back: arrays as they lie there (or
+    ``copy``'d), packed strings and binaries (``spans.Spans``, in the slot or carrying their
+    array) unpacked into new values."""
     from ..samples.spans import Spans, unpack
 
     return {
-        key: unpack(arrays[key], value) if isinstance(value, Spans) else arrays.get(key, value)
+        key: unpack(arrays[key] if value.array is None else np.asarray(value.array), value)
+        if isinstance(value, Spans)
+        else (arrays[key].copy() if copy else arrays[key])
+        if key in arrays
+        else value
         for key, value in batch.items()
     }
 
@@ -120,6 +128,13 @@ _PIPE_BYTES = byvalue.MAX_BYTES
 
 def _pipe_sized(batch: dict[str, Any]) -> bool:
     return sum(getattr(value, "nbytes", 0) for value in batch.values()) <= _PIPE_BYTES
+
+
+def _spanned(batch: dict[str, Any]) -> tuple[str, ...]:
+    """The columns of a finished share packed as strings and binaries (``read.spans``)."""
+    from ..samples.spans import Spans
+
+    return tuple(key for key, value in batch.items() if isinstance(value, Spans))
 
 
 _REBUILT = (
@@ -189,8 +204,8 @@ class ReportingCollate:
                 return share(collated, None)
             batch, packed = byvalue.pack(collated)
             return share(batch, report, packed=packed, notice=seeding.notice(self.transforming))
-        from ..samples.collated import finish, layout, to_tensors, wide_columns
-        from ..samples.spans import Spans
+        from ..samples.collated import finish, layout, to_tensors
+        from ..samples.spans import Spans, packable
 
         if not world.in_worker:
             return share(finish(item.items), None)
@@ -198,25 +213,26 @@ class ReportingCollate:
         shapes = layout(item.items) if channel is not None else {}
         claimed = None
         if channel is not None and shapes:
-            claimed = transfer.claim(channel, world.worker, shapes, varying=bool(wide_columns(item.items)))
-        if claimed is not None:  # numeric and wide columns are gathered straight into the slot
+            claimed = transfer.claim(channel, world.worker, shapes, varying=bool(packable(item.items)))
+        if claimed is not None:  # numeric, string and binary columns are gathered straight into the slot
             targets = claimed[1]
             batch = finish(item.items, as_numpy=True, out=targets)
             rest = {
                 key: None if key in targets and not isinstance(value, Spans) else value
                 for key, value in batch.items()
             }
-            return share(rest, report, numpy=True, parcel=claimed[0])
-        batch = finish(item.items, as_numpy=True)
+            return share(rest, report, numpy=True, parcel=claimed[0], spanned=_spanned(batch))
+        batch = finish(item.items, as_numpy=True)  # strings and binaries packed all the same
+        spanned = _spanned(batch)
         if channel is not None and not shapes:  # where a claim failed, a send would fail too
             arrays = {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
             parcel = transfer.send(channel, world.worker, arrays) if arrays else None
             if parcel is not None:
                 rest = {key: None if key in arrays else value for key, value in batch.items()}
-                return share(rest, report, numpy=True, parcel=parcel)
+                return share(rest, report, numpy=True, parcel=parcel, spanned=spanned)
         if _pipe_sized(batch):
-            return share(batch, report, numpy=True)
-        return share(to_tensors(batch), report)  # large: shared memory beats the pipe
+            return share(batch, report, numpy=True, spanned=spanned)
+        return share(to_tensors(batch), report, spanned=spanned)  # large: shared memory beats the pipe
 
 
 class WorkerInit:

@@ -1,4 +1,4 @@
-"""Wide strings and binaries packed into one byte array and back (samples/spans.py)."""
+"""Strings and binaries packed into one byte array and back (samples/spans.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streaming.samples import spans
-from streaming.samples.rows import WIDE_VALUE_BYTES, WideValues
+from streaming.samples.rows import WIDE_VALUE_BYTES, ByteValues
 
 TYPES = {
     "binary": pa.binary(),
@@ -21,7 +21,7 @@ TYPES = {
 }
 
 
-def column_of(values: list, type_: pa.DataType, cuts: list[int], *, sliced: int) -> WideValues:
+def column_of(values: list, type_: pa.DataType, cuts: list[int], *, sliced: int) -> ByteValues:
     """``values`` in chunks cut at ``cuts``, each chunk a slice of a larger array (Arrow's
     offsets then start past zero)."""
     bounds = [0, *sorted({cut for cut in cuts if cut <= len(values)}), len(values)]
@@ -29,22 +29,24 @@ def column_of(values: list, type_: pa.DataType, cuts: list[int], *, sliced: int)
     for low, high in itertools.pairwise(bounds):
         padded = [values[0]] * sliced + values[low:high] + [values[0]]
         chunks.append(pa.array(padded, type_).slice(sliced, high - low))
-    return WideValues(pa.chunked_array(chunks, type_))
+    return ByteValues(pa.chunked_array(chunks, type_))
 
 
 @given(
     kind=st.sampled_from(sorted(TYPES)),
-    sizes=st.lists(st.integers(0, 2 * WIDE_VALUE_BYTES), min_size=1, max_size=30),
+    sizes=st.lists(st.integers(0, 40) | st.integers(0, 2 * WIDE_VALUE_BYTES), min_size=1, max_size=30),
+    nulls=st.sets(st.integers(1, 29), max_size=5),
     cuts=st.lists(st.integers(0, 30), max_size=4),
     sliced=st.integers(0, 3),
     data=st.data(),
 )
-def test_packed_values_unpack_to_the_values_gathered(kind, sizes, cuts, sliced, data):
-    """Pieces of one or more read columns, packed into an array of ``size`` bytes, come
-    back as the values ``WideValues.take`` gives, in order, as bytes or str."""
+def test_packed_values_unpack_to_the_values_gathered(kind, sizes, nulls, cuts, sliced, data):
+    """Pieces of one or more read columns (narrow or wide values, empty ones, nulls), packed
+    into an array of ``size`` bytes, come back as the values ``ByteValues.take`` gives, in
+    order, as bytes or str (``None`` for a null)."""
     text = "string" in kind
     values = [
-        ("é" if text else b"\xff") * (size // 2) + (str(i) if text else bytes([i]))
+        None if i in nulls else ("é" if text else b"\xff") * (size // 2) + (str(i) if text else bytes([i]))
         for i, size in enumerate(sizes)
     ]
     column = column_of(values, TYPES[kind], cuts, sliced=sliced)
@@ -57,9 +59,10 @@ def test_packed_values_unpack_to_the_values_gathered(kind, sizes, cuts, sliced, 
     target = np.full(spans.size(pieces), 7, dtype=np.uint8)
     marker = spans.pack(pieces, target)
     expected = [value for piece, rows in pieces for value in piece.take(rows)]
-    assert marker == spans.Spans(count=len(expected), text=text)
+    assert marker == spans.Spans(count=len(expected), text=text, nulls=column.nulls)
     unpacked = spans.unpack(target, marker)
-    assert unpacked == expected and all(type(value) is type(values[0]) for value in unpacked)
+    assert unpacked == expected
+    assert all(type(value) is (str if text else bytes) for value in unpacked if value is not None)
     target[:] = 0  # the unpacked values are copies
     assert unpacked == expected
 
@@ -71,6 +74,26 @@ def test_a_target_of_another_size_is_refused():
         spans.pack(pieces, np.zeros(spans.size(pieces) + 1, dtype=np.uint8))
 
 
-def test_columns_with_nulls_are_not_packable():
-    assert not WideValues(pa.chunked_array([pa.array([b"x" * WIDE_VALUE_BYTES, None])])).packable
-    assert WideValues(pa.chunked_array([pa.array([b"x" * WIDE_VALUE_BYTES])])).packable
+def test_a_null_whose_offsets_span_bytes_packs_as_none_and_no_bytes():
+    """Arrow lets a null's offsets span bytes (undefined values): they are not copied."""
+    data = pa.py_buffer(b"abXYcd")
+    offsets = pa.py_buffer(np.array([0, 2, 4, 6], dtype=np.int32).tobytes())
+    validity = pa.py_buffer(np.packbits([True, False, True], bitorder="little").tobytes())
+    array = pa.Array.from_buffers(pa.string(), 3, [validity, offsets, data])
+    pieces = [(ByteValues(pa.chunked_array([array])), np.array([2, 1, 0]))]
+    target = np.zeros(spans.size(pieces), dtype=np.uint8)
+    assert spans.size(pieces) == 8 * 4 + 1 + 4
+    assert spans.unpack(target, spans.pack(pieces, target)) == ["cd", None, "ab"]
+
+
+def test_lists_gathered_already_pack_when_all_are_strings_or_all_binaries():
+    """A lagged resume's or a mixture's parts are lists of values: packed alike, or not at all."""
+    texts = [["a", None, ""], [None], ["ünï"]]
+    found = spans.pieces(texts)
+    assert found is not None
+    target = np.zeros(spans.size(found), dtype=np.uint8)
+    assert spans.unpack(target, spans.pack(found, target)) == ["a", None, "", None, "ünï"]
+    assert spans.pieces([[b"x", None], [b""]]) is not None
+    assert spans.pieces([["a"], [b"x"]]) is None, "strings and bytes do not make one column"
+    assert spans.pieces([[None, None]]) is None, "no value says which"
+    assert spans.pieces([[1, 2]]) is None and spans.pieces([np.arange(3)]) is None
