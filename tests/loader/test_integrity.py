@@ -127,7 +127,8 @@ def test_killed_worker_is_a_clear_error_and_the_state_resumes(tmp_path):
     uri = make_table(tmp_path / "t.lance", [60, 50, 70])
     data = dataset(uri)
     # Without timeout= torch itself checks every 5 s; the loader checks every 0.1 s either way.
-    batches = StreamingDataLoader(data, batch_size=4, num_workers=2)
+    # No head start: with one, this 45-batch epoch may end in the trainer before its workers are up.
+    batches = StreamingDataLoader(data, batch_size=4, num_workers=2, head_start=False)
     iterator = iter(batches)
     seen = [next(iterator)["id"].tolist() for _ in range(4)]
     state = json_roundtrip(batches.state_dict())
