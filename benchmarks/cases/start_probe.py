@@ -11,7 +11,7 @@ what a trainer has imported before it builds its loader (``from streaming import
 loader to the first batch, and the rest of one epoch (every planned id checked once:
 ``len(dataset)`` of them, at most ``rows``). It prints one JSON line: ``first`` (s),
 ``rate`` (rows/s after the first batch), ``rows`` (delivered), ``num_splits``, and the
-peak RSS in MiB of the trainer (``trainer_mb``) and of its largest worker (``worker_mb``).
+trainer's peak RSS in MiB (``trainer_mb``: its own process).
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ def measure(spec: dict[str, Any]) -> dict[str, float]:
         "rows": float(len(seen)),
         "num_splits": float(dataset.num_splits),
         "trainer_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "worker_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
 
 

@@ -8,9 +8,10 @@ Left out, ``num_splits`` is chosen so that the world sizes jobs move between div
 (1,024 rows a split at least). Each case runs in a fresh interpreter
 (``cases/start_probe.py``): ``StreamingDataset(table)`` with the default against
 ``num_splits=1`` (the old default), at k=0 and k=2 (the default head start), batches of
-256; the first batch, the rate after it (every planned id checked once) and the peak
-RSS of the trainer and of its largest worker. Medians of ``--repeats`` alternating
-runs. The question: does the default cost speed or memory against one split?
+256; the first batch, the rate after it (every planned id checked once) and the
+trainer's peak RSS (its own process; the workers are the fork server's children).
+Medians of ``--repeats`` alternating runs. The question: does the default cost speed
+or memory against one split?
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from benchmarks.suites.workerstart import binary_chunk
 
 BATCH = 256
 CASES = (("default", None, 0), ("num_splits=1", 1, 0), ("default", None, 2), ("num_splits=1", 1, 2))
-KEYS = ("first", "rate", "trainer_mb", "worker_mb", "num_splits")
+KEYS = ("first", "rate", "trainer_mb", "num_splits")
 
 
 def measure(table: dict[str, Any], rows: int, repeats: int) -> dict[tuple[str, int], dict[str, float]]:
@@ -59,18 +60,17 @@ def report(found: dict[str, dict[tuple[str, int], dict[str, float]]], args: Any)
         f"load average {load_average()}): batches of {BATCH}, medians.",
         "",
         "| table | k | S (default) | first batch (s): default / S=1 | rows/s after it: default / S=1 (ratio) "
-        "| peak RSS trainer (MiB): default / S=1 | largest worker (MiB): default / S=1 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| trainer's peak RSS (MiB): default / S=1 |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for table, cases in found.items():
         for workers in (0, 2):
             ours, one = cases[("default", workers)], cases[("num_splits=1", workers)]
-            worker = f"{ours['worker_mb']:.0f} / {one['worker_mb']:.0f}" if workers else "-"
             lines.append(
                 f"| {table} | {workers} | {ours['num_splits']:.0f} | "
                 f"{ours['first']:.2f} / {one['first']:.2f} | "
                 f"{ours['rate']:,.0f} / {one['rate']:,.0f} ({ours['rate'] / one['rate']:.2f}x) | "
-                f"{ours['trainer_mb']:.0f} / {one['trainer_mb']:.0f} | {worker} |"
+                f"{ours['trainer_mb']:.0f} / {one['trainer_mb']:.0f} |"
             )
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ COMMON_WORLD_SIZES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 """The world sizes a defaulted ``num_splits`` is chosen to move between (lcm: 192)."""
 MIN_SPLIT_ROWS = 1_024
 """Rows per split at least for a default above one split per rank (surplus < 0.1%)."""
-WINDOW_BLOCKS = 8
+WINDOW_BLOCKS = 4
 """Blocks a split's window holds at most by growing the buffer for a larger default S."""
 _COMMON = math.lcm(*COMMON_WORLD_SIZES)
 
