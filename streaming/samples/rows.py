@@ -10,6 +10,9 @@ The converted columns stay in storage order, shared by every window of one read;
 a window only holds its gather order. Rows are gathered when they are handed
 out (a chunk of row dicts, or a whole columnar batch), so each row is copied once,
 and the numpy data handed out is freshly allocated and writable.
+
+One idea in one module: how a read's columns become values; ``Rows`` and
+``ByteValues`` share its conversion and gather rules, so they stay together.
 """
 
 from __future__ import annotations
