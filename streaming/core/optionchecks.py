@@ -54,7 +54,7 @@ _CHECKS: tuple[Field, ...] = (
         "num_splits",
         positive,
         _POSITIVE,
-        "a multiple of world_size such as num_splits={world_size}, or None (one per rank)",
+        "a multiple of world_size such as num_splits={world_size}, or None (chosen for the table)",
     ),
     Field("world_size", positive, _POSITIVE, "world_size=1 or more (the number of ranks), or None"),
     Field("rank", non_negative, "an integer in [0, world_size)", "rank=0 up to world_size - 1, or None"),

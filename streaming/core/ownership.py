@@ -19,7 +19,7 @@ def rank_splits(num_splits: int, *, rank: int, world_size: int) -> list[int]:
             f"num_splits={num_splits} is not divisible by world_size={world_size}; every rank must own "
             f"as many splits: pass StreamingDataset(..., num_splits={works}) (a multiple of {world_size}; "
             f"a multiple of every world size the job may run on lets a checkpoint move between them), or "
-            f"leave num_splits out (one split per rank)"
+            f"leave num_splits out (chosen for the table so that the common world sizes divide it)"
         )
     return list(range(rank, num_splits, world_size))
 

@@ -213,7 +213,8 @@ def iterate_batches(
     """
     ordered = sorted(splits)
     chunks: deque[_Chunk] = deque()
-    starts = {split: cursor.positions[split] for split in ordered}
+    positions = cursor.positions  # a fresh list each time it is read
+    starts = {split: positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
         for batch_size in sizes:
             if batch_size == 0:

@@ -75,7 +75,8 @@ def iterate_cycles(
     generator stops the background reads.
     """
     ordered = sorted(splits)
-    starts = {split: cursor.positions[split] for split in ordered}
+    positions = cursor.positions  # a fresh list each time it is read
+    starts = {split: positions[split] for split in ordered}
     with open_readers(windows, starts, io_threads=io_threads) as readers:
         count = width = 0
         readers.held = lambda: max(0, (count - cursor.cycles) * width - cursor.within)  # the chunk's rest
